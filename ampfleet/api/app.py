@@ -1,0 +1,31 @@
+"""The FastAPI application."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from ampfleet import __version__
+from ampfleet.api.errors import install_error_handlers
+from ampfleet.api.health.router import router as health_router
+from ampfleet.api.jobs.router import router as jobs_router
+from ampfleet.api.middleware import BodySizeLimitMiddleware
+from ampfleet.api.nodes.router import router as nodes_router
+from ampfleet.core.recipes import installed_recipes
+from ampfleet.core.settings import get_settings
+
+
+def create_app() -> FastAPI:
+    settings = get_settings()
+    installed_recipes()  # load entry points now: a broken recipe package fails at start
+    app = FastAPI(
+        title="ampfleet",
+        version=__version__,
+        description="Submit PyTorch training jobs; they run as distributed mixed-precision "
+        "training on the fleet; poll or stream their state, events and metrics.",
+    )
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.include_router(health_router)
+    app.include_router(jobs_router)
+    app.include_router(nodes_router)
+    return app

@@ -1,0 +1,147 @@
+"""One exception hierarchy, one JSON error envelope, one set of handlers.
+
+Every error response looks like
+    {"error": {"code": "...", "message": "...", "details": [{"field": "...", "message": "..."}]}}
+and never carries a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+
+class ErrorDetail(BaseModel):
+    field: str | None = Field(None, description="Dotted path of the offending input field.")
+    message: str
+    type: str | None = None
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(description="Stable machine-readable error code.")
+    message: str
+    details: list[ErrorDetail] = Field(default_factory=list)
+
+
+class ErrorEnvelope(BaseModel):
+    error: ErrorBody
+
+
+class AmpfleetError(Exception):
+    status_code = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, details: list[ErrorDetail] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or []
+
+
+class NotFoundError(AmpfleetError):
+    status_code = 404
+    code = "not_found"
+
+
+class ConflictError(AmpfleetError):
+    status_code = 409
+    code = "conflict"
+
+
+class UnprocessableError(AmpfleetError):
+    status_code = 422
+    code = "validation_error"
+
+    @classmethod
+    def for_field(cls, field: str, message: str) -> UnprocessableError:
+        return cls(f"{field}: {message}", [ErrorDetail(field=field, message=message)])
+
+
+class PayloadTooLargeError(AmpfleetError):
+    status_code = 413
+    code = "payload_too_large"
+
+
+class ServiceUnavailableError(AmpfleetError):
+    status_code = 503
+    code = "service_unavailable"
+
+
+def error_response(
+    status_code: int, code: str, message: str, details: list[ErrorDetail] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = ErrorEnvelope(error=ErrorBody(code=code, message=message, details=details or []))
+    return JSONResponse(body.model_dump(mode="json"), status_code=status_code, headers=headers)
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:] or parts[:1]
+    return ".".join(parts)
+
+
+def _validation_details(exc: RequestValidationError) -> list[ErrorDetail]:
+    details = []
+    for error in exc.errors():
+        loc = tuple(error.get("loc", ()))
+        field = "body" if error.get("type") == "json_invalid" else _field_path(loc)
+        details.append(ErrorDetail(field=field, message=error["msg"], type=error.get("type")))
+    return details
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AmpfleetError)
+    async def _ampfleet(_: Request, exc: AmpfleetError) -> JSONResponse:
+        return error_response(exc.status_code, exc.code, exc.message, exc.details)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        details = _validation_details(exc)
+        summary = "; ".join(f"{d.field}: {d.message}" for d in details[:5])
+        return error_response(422, "validation_error", f"invalid request: {summary}", details)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(OperationalError)
+    async def _database_down(_: Request, exc: OperationalError) -> JSONResponse:
+        log.warning("database unavailable: %s", exc.orig)
+        return error_response(
+            503, "service_unavailable", "the database is unavailable; retry shortly",
+            headers={"Retry-After": "2"},
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return error_response(500, "internal_error", "internal error; it has been logged")
+
+
+def responses(*status_codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries documenting the error envelope for each status code."""
+    descriptions = {
+        400: "Bad request",
+        401: "Missing or invalid API key",
+        404: "Not found",
+        409: "Conflict with the current state",
+        413: "Request body too large",
+        422: "Invalid input; `details` names each offending field",
+        429: "Too many requests",
+        503: "A backing service is unavailable",
+    }
+    return {
+        code: {"model": ErrorEnvelope, "description": descriptions.get(code, "Error")}
+        for code in status_codes
+    }

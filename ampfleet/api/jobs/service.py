@@ -1,0 +1,182 @@
+"""Rules of the jobs resource: admission, idempotent submit, cancel. Flushes, never commits."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from ampfleet.api.errors import ConflictError, ErrorDetail, NotFoundError, UnprocessableError
+from ampfleet.api.jobs import repository
+from ampfleet.api.jobs.schemas import JobOut, PrecisionSetting, Progress
+from ampfleet.core.ids import new_id
+from ampfleet.core.lifecycle import transition
+from ampfleet.core.models import Job, JobEvent
+from ampfleet.core.recipes import UnknownRecipeError, get_recipe
+from ampfleet.core.spec import JobSpec, Precision, Priority
+from ampfleet.core.states import JobState
+
+
+def resolve(spec: JobSpec) -> dict[str, Any]:
+    """The spec with every default filled, hyperparameters validated by the recipe."""
+    try:
+        recipe = get_recipe(spec.recipe)
+    except UnknownRecipeError as exc:
+        raise UnprocessableError.for_field("recipe", str(exc)) from None
+    try:
+        hyperparameters = recipe.hyperparameters.model_validate(spec.hyperparameters)
+    except ValidationError as exc:
+        details = [
+            ErrorDetail(
+                field=".".join(["hyperparameters", *(str(p) for p in e["loc"])]),
+                message=e["msg"],
+                type=e["type"],
+            )
+            for e in exc.errors()
+        ]
+        summary = "; ".join(f"{d.field}: {d.message}" for d in details[:5])
+        raise UnprocessableError(f"invalid hyperparameters: {summary}", details) from None
+    resolved = spec.model_dump(mode="json")
+    resolved["hyperparameters"] = hyperparameters.model_dump(mode="json")
+    return resolved
+
+
+def request_fingerprint(spec: JobSpec) -> str:
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tuple[Job, bool]:
+    """Queue a job; returns (job, created). A repeated idempotency key returns the first job."""
+    fingerprint = request_fingerprint(spec)
+    if idempotency_key:
+        existing = repository.get_by_idempotency_key(session, spec.project, idempotency_key)
+        if existing is not None:
+            return _same_request_or_refuse(existing, fingerprint), False
+    resolved = resolve(spec)
+    job = Job(
+        id=new_id("job"),
+        project=spec.project,
+        name=spec.name,
+        recipe=spec.recipe,
+        spec=spec.model_dump(mode="json", exclude_unset=True),
+        resolved=resolved,
+        idempotency_key=idempotency_key,
+        request_hash=fingerprint,
+        state=JobState.QUEUED.value,
+        priority=spec.priority.rank,
+        attempt=0,
+        gang_size=spec.resources.gang_size,
+        step=0,
+        total_steps=spec.stop.max_steps,
+        latest_metrics={},
+    )
+    try:
+        with session.begin_nested():
+            session.add(job)
+            session.flush()
+    except IntegrityError:
+        # A concurrent request with the same idempotency key won the insert.
+        if idempotency_key is None:
+            raise
+        existing = repository.get_by_idempotency_key(session, spec.project, idempotency_key)
+        if existing is None:
+            raise
+        return _same_request_or_refuse(existing, fingerprint), False
+    session.add(
+        JobEvent(
+            job_id=job.id,
+            attempt=0,
+            kind="transition",
+            from_state=None,
+            to_state=JobState.QUEUED.value,
+            reason="submitted",
+            message=f"{spec.recipe} on {spec.resources.nodes}x{spec.resources.procs_per_node}",
+        )
+    )
+    session.flush()
+    return job, True
+
+
+def _same_request_or_refuse(existing: Job, fingerprint: str) -> Job:
+    if existing.request_hash != fingerprint:
+        raise UnprocessableError.for_field(
+            "Idempotency-Key",
+            f"already used for job {existing.id} with a different request body",
+        )
+    return existing
+
+
+def get(session: Session, job_id: str) -> Job:
+    job = repository.get(session, job_id)
+    if job is None:
+        raise NotFoundError(f"job {job_id} not found")
+    return job
+
+
+def cancel(session: Session, job_id: str) -> Job:
+    """Not yet placed: CANCELLED at once. Placed: CANCELLING; its node stops every rank."""
+    job = get(session, job_id)
+    state = JobState(job.state)
+    if state is JobState.CANCELLING:
+        return job
+    if state.is_terminal():
+        raise ConflictError(f"job {job_id} is already {state.value}")
+    unplaced = {JobState.QUEUED, JobState.RESTARTING, JobState.PREEMPTED}
+    for target, sources in (
+        (JobState.CANCELLED, unplaced),
+        (
+            JobState.CANCELLING,
+            {JobState.SCHEDULED, JobState.STARTING, JobState.RUNNING},
+        ),
+    ):
+        if transition(
+            session, job_id, target, from_states=sources, reason="cancel_requested",
+            message="cancelled by request",
+        ):
+            break
+    session.refresh(job)
+    if JobState(job.state).is_terminal() and job.state != JobState.CANCELLED:
+        raise ConflictError(f"job {job_id} is already {job.state}")
+    return job
+
+
+def to_out(job: Job, now: datetime | None = None) -> JobOut:
+    now = now or datetime.now(UTC)
+    total = job.total_steps
+    fraction = min(job.step / total, 1.0) if total else None
+    eta = None
+    if job.started_at and total and 0 < job.step < total and job.state == JobState.RUNNING:
+        elapsed = (now - job.started_at).total_seconds()
+        eta = elapsed / job.step * (total - job.step)
+    resolved = job.resolved
+    return JobOut(
+        id=job.id,
+        name=job.name,
+        project=job.project,
+        recipe=job.recipe,
+        state=JobState(job.state),
+        attempt=job.attempt,
+        priority=Priority(resolved["priority"]),
+        progress=Progress(step=job.step, total_steps=total, fraction=fraction, eta_seconds=eta),
+        latest_metrics=job.latest_metrics or {},
+        precision=PrecisionSetting(
+            requested=Precision(resolved["precision"]), effective=job.precision
+        ),
+        allreduce_dtype=PrecisionSetting(
+            requested=Precision(resolved["allreduce_dtype"]), effective=job.allreduce_dtype
+        ),
+        failure_reason=job.failure_reason,
+        labels=resolved.get("labels", {}),
+        spec=resolved,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        scheduled_at=job.scheduled_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+    )

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+
+class NodeOut(BaseModel):
+    id: str
+    accelerator: str = Field(description="`cuda` or `cpu`.")
+    slots: int = Field(description="GPUs, or CPU rank slots on a node without GPUs.")
+    used_slots: int
+    free_slots: int
+    gpu_model: str | None
+    gpu_memory_mb: int | None
+    labels: dict[str, str]
+    state: str = Field(description="`ready` or `cordoned`.")
+    alive: bool = Field(description="Heartbeat seen within the node timeout.")
+    last_heartbeat_at: datetime
+    heartbeat_age_seconds: float
+    registered_at: datetime
+
+
+class NodeList(BaseModel):
+    items: list[NodeOut]

@@ -1,0 +1,127 @@
+"""`ampfleet`: run the processes (api, scheduler, worker, up) and manage the database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+
+import typer
+
+from ampfleet.core.logs import configure_logging
+from ampfleet.core.settings import get_settings
+
+app = typer.Typer(help="ampfleet: training-as-a-service backend.", no_args_is_help=True)
+
+
+@app.command()
+def migrate() -> None:
+    """Apply database migrations (Alembic) up to the latest revision."""
+    from ampfleet.core.migrate import upgrade
+
+    configure_logging("migrate")
+    upgrade(get_settings().effective_database_url)
+    typer.echo("database is at the latest revision")
+
+
+@app.command()
+def api(
+    host: str | None = typer.Option(None, help="Defaults to AMPFLEET_API_HOST."),
+    port: int | None = typer.Option(None, help="Defaults to AMPFLEET_API_PORT."),
+) -> None:
+    """Serve the HTTP API (uvicorn)."""
+    import uvicorn
+
+    settings = get_settings()
+    configure_logging("api")
+    uvicorn.run(
+        "ampfleet.api.app:create_app",
+        factory=True,
+        host=host or settings.api_host,
+        port=port or settings.api_port,
+        log_config=None,
+        access_log=False,
+    )
+
+
+@app.command()
+def scheduler() -> None:
+    """Place queued jobs on live nodes and reap lost attempts."""
+    from ampfleet.scheduler.loop import Scheduler
+
+    configure_logging("scheduler")
+    instance = Scheduler()
+
+    def _stop(_signum: int, _frame: FrameType | None) -> None:
+        instance.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    instance.run_forever()
+
+
+@app.command()
+def worker() -> None:
+    """Run this node: its agent and a Celery worker on the node's own queue."""
+    from ampfleet.workers.main import run_worker
+
+    configure_logging("worker")
+    run_worker()
+
+
+@app.command()
+def up() -> None:
+    """All in one: migrate, then the api, the scheduler and one local worker node."""
+    from ampfleet.core.migrate import upgrade
+
+    configure_logging("up")
+    settings = get_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade(settings.effective_database_url)
+    roles = ("api", "scheduler", "worker")
+    children = {
+        role: subprocess.Popen([sys.executable, "-m", "ampfleet.cli", role]) for role in roles
+    }
+    typer.echo(
+        f"ampfleet up: API on http://{settings.api_host}:{settings.api_port} "
+        f"(database {settings.effective_database_url.split('://')[0]}, "
+        f"broker {settings.effective_broker_url.split('://')[0]}); Ctrl-C stops"
+    )
+    stopping = False
+
+    def _stop(_signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    exit_code = 0
+    while not stopping:
+        for role, child in children.items():
+            if child.poll() is not None:
+                typer.echo(f"{role} exited with {child.returncode}; stopping the others", err=True)
+                exit_code = 1
+                stopping = True
+        time.sleep(0.2)
+    for child in children.values():
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    for child in children.values():
+        try:
+            child.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            child.kill()
+    raise typer.Exit(exit_code)
+
+
+def main() -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    app()
+
+
+if __name__ == "__main__":
+    main()

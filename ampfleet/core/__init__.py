@@ -1,0 +1,1 @@
+"""Shared kernel: settings, database, models, job spec and lifecycle. Imports nothing else of ours."""

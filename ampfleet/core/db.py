@@ -1,0 +1,62 @@
+"""Engine and session factories. A unit of work commits once, in `session_scope`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from ampfleet.core.settings import get_settings
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        # pysqlite's own transaction handling defers BEGIN and breaks SELECT-then-UPDATE
+        # fencing; emit BEGIN IMMEDIATE ourselves so writers serialise at the start.
+        event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.isolation_level = None  # we issue BEGIN ourselves (see make_engine)
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+@lru_cache
+def get_engine() -> Engine:
+    return make_engine(get_settings().effective_database_url)
+
+
+@lru_cache
+def get_sessionmaker() -> sessionmaker[Session]:
+    return sessionmaker(get_engine(), expire_on_commit=False)
+
+
+def is_postgres(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+@contextmanager
+def session_scope() -> Iterator[Session]:
+    """One unit of work: commits once at the end, rolls back on any error."""
+    session = get_sessionmaker()()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()

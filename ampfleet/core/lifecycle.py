@@ -1,0 +1,140 @@
+"""State transitions as fenced, conditional UPDATEs, each recorded as an event row.
+
+Every process changes job state only through `transition`: the UPDATE names the states it
+may leave (and, where given, the attempt it is about), so a stale or duplicate actor changes
+nothing and learns so from the return value. Terminal states never change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from ampfleet.core.models import Allocation, Job, JobEvent, utcnow
+from ampfleet.core.states import ALLOWED_TRANSITIONS, JobState
+
+
+class IllegalTransitionError(ValueError):
+    pass
+
+
+def transition(
+    session: Session,
+    job_id: str,
+    to: JobState,
+    *,
+    from_states: Iterable[JobState],
+    reason: str,
+    message: str = "",
+    attempt: int | None = None,
+    new_attempt: int | None = None,
+    **fields: Any,
+) -> bool:
+    """Move `job_id` to `to` if it is in one of `from_states` (and at `attempt`, if given).
+
+    Returns whether this call made the change. `new_attempt` renumbers the attempt (when a
+    job is placed); other keyword arguments are column values written in the same UPDATE.
+    """
+    sources = frozenset(from_states)
+    for source in sources:
+        if to not in ALLOWED_TRANSITIONS[source]:
+            raise IllegalTransitionError(f"{source} -> {to} is not a job transition")
+    now = utcnow()
+    values: dict[str, Any] = {"state": to.value, "updated_at": now, **fields}
+    if new_attempt is not None:
+        values["attempt"] = new_attempt
+    if to.is_terminal():
+        values.setdefault("finished_at", now)
+    # Compare-and-set on the state we read, so the event names the exact prior state; a
+    # concurrent change makes the UPDATE match nothing and we look again.
+    for _ in range(5):
+        row = session.execute(
+            select(Job.state, Job.attempt).where(Job.id == job_id)
+        ).one_or_none()
+        if row is None or JobState(row.state) not in sources:
+            return False
+        if attempt is not None and row.attempt != attempt:
+            return False
+        result = session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.state == row.state, Job.attempt == row.attempt)
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount == 1:  # type: ignore[attr-defined]
+            break
+    else:
+        return False
+    session.add(
+        JobEvent(
+            job_id=job_id,
+            attempt=row.attempt if new_attempt is None else new_attempt,
+            time=now,
+            kind="transition",
+            from_state=row.state,
+            to_state=to.value,
+            reason=reason,
+            message=message,
+        )
+    )
+    if to.is_terminal() or to in (JobState.RESTARTING, JobState.PREEMPTED, JobState.QUEUED):
+        release_allocations(session, job_id)
+    session.flush()
+    return True
+
+
+def record_event(session: Session, job: Job, reason: str, message: str) -> None:
+    """An event that is not a state change (fallbacks, warnings, limits hit)."""
+    session.add(
+        JobEvent(job_id=job.id, attempt=job.attempt, kind="info", reason=reason, message=message)
+    )
+
+
+def release_allocations(session: Session, job_id: str) -> None:
+    session.execute(
+        update(Allocation)
+        .where(Allocation.job_id == job_id, Allocation.released_at.is_(None))
+        .values(released_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+
+
+def requeue_or_fail(
+    session: Session, job_id: str, attempt: int, *, reason: str, message: str
+) -> JobState | None:
+    """An attempt was lost (node died, ranks killed): RESTARTING, then QUEUED again while
+    restarts remain, else FAILED. A job being cancelled just ends CANCELLED.
+
+    Returns the state the job ended in, or None when the attempt was already stale.
+    """
+    if transition(
+        session, job_id, JobState.CANCELLED, from_states={JobState.CANCELLING},
+        attempt=attempt, reason=reason, message=f"{message}; it was being cancelled",
+    ):
+        return JobState.CANCELLED
+    placed = {JobState.SCHEDULED, JobState.STARTING, JobState.RUNNING}
+    if not transition(
+        session, job_id, JobState.RESTARTING, from_states=placed, attempt=attempt,
+        reason=reason, message=message,
+    ):
+        return None
+    job = session.get(Job, job_id, populate_existing=True)
+    assert job is not None
+    max_restarts = int(job.resolved["retry"]["max_restarts"])
+    if attempt <= max_restarts:
+        transition(
+            session, job_id, JobState.QUEUED, from_states={JobState.RESTARTING},
+            reason="requeued",
+            message=f"restart {attempt} of {max_restarts}; resumes from its last checkpoint",
+        )
+        return JobState.QUEUED
+    transition(
+        session, job_id, JobState.FAILED, from_states={JobState.RESTARTING},
+        reason="restarts_exhausted",
+        message=f"{message}; no restarts left ({max_restarts} allowed)",
+        failure_reason=f"{message} (gave up after {attempt} attempts)",
+    )
+    return JobState.FAILED

@@ -1,0 +1,179 @@
+"""ORM models: the database is the single source of truth for jobs, nodes, allocations, metrics."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only auto-increments INTEGER PRIMARY KEY; PostgreSQL gets a 64-bit identity.
+BigIntId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC timestamps on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTCDateTime column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("project", "idempotency_key", name="uq_jobs_project_idempotency_key"),
+        Index("ix_jobs_state_priority", "state", "priority"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project: Mapped[str] = mapped_column(String(64), index=True)
+    name: Mapped[str | None] = mapped_column(String(128))
+    recipe: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(comment="the job spec exactly as submitted")
+    resolved: Mapped[dict[str, Any]] = mapped_column(comment="the spec with every default filled")
+    idempotency_key: Mapped[str | None] = mapped_column(String(128))
+    request_hash: Mapped[str | None] = mapped_column(String(64))
+
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    priority: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    gang_size: Mapped[int] = mapped_column(Integer, comment="total rank slots it needs")
+
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    total_steps: Mapped[int | None] = mapped_column(Integer)
+    latest_metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    precision: Mapped[str | None] = mapped_column(String(8), comment="effective, at run time")
+    allreduce_dtype: Mapped[str | None] = mapped_column(String(8))
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    scheduled_at: Mapped[datetime | None] = mapped_column()
+    started_at: Mapped[datetime | None] = mapped_column()
+    finished_at: Mapped[datetime | None] = mapped_column()
+
+
+class JobEvent(Base):
+    """Every state transition (and notable happening) of a job, in order."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    time: Mapped[datetime] = mapped_column(default=utcnow)
+    kind: Mapped[str] = mapped_column(String(16), comment="transition | info")
+    from_state: Mapped[str | None] = mapped_column(String(16))
+    to_state: Mapped[str | None] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text, default="")
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    queue: Mapped[str] = mapped_column(String(160))
+    address: Mapped[str] = mapped_column(String(255))
+    accelerator: Mapped[str] = mapped_column(String(8), comment="cuda | cpu")
+    slots: Mapped[int] = mapped_column(Integer, comment="GPUs, or CPU rank slots without GPUs")
+    gpu_model: Mapped[str | None] = mapped_column(String(128))
+    gpu_memory_mb: Mapped[int | None] = mapped_column(Integer)
+    labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    state: Mapped[str] = mapped_column(String(16), default="ready", comment="ready | cordoned")
+    registered_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Allocation(Base):
+    """Slots of one node held by one attempt of a job; released when the attempt ends."""
+
+    __tablename__ = "allocations"
+    __table_args__ = (
+        UniqueConstraint("job_id", "attempt", "node_rank", name="uq_allocations_job_attempt_rank"),
+        Index("ix_allocations_node_id_released_at", "node_id", "released_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id"))
+    node_rank: Mapped[int] = mapped_column(Integer)
+    slots: Mapped[int] = mapped_column(Integer)
+    rendezvous: Mapped[str | None] = mapped_column(String(255), comment="host:port, node rank 0")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    launched_at: Mapped[datetime | None] = mapped_column(comment="claimed by the node's worker")
+    released_at: Mapped[datetime | None] = mapped_column()
+
+
+class Metric(Base):
+    __tablename__ = "metrics"
+    __table_args__ = (Index("ix_metrics_job_id_name_step", "job_id", "name", "step"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(64))
+    value: Mapped[float] = mapped_column(Float)
+    time: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class OutboxMessage(Base):
+    """A Celery message written in the same transaction as the decision it carries."""
+
+    __tablename__ = "outbox"
+    __table_args__ = (Index("ix_outbox_sent_at_id", "sent_at", "id"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    queue: Mapped[str] = mapped_column(String(160))
+    task: Mapped[str] = mapped_column(String(128))
+    kwargs: Mapped[dict[str, Any]] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    sent_at: Mapped[datetime | None] = mapped_column()
+    send_attempts: Mapped[int] = mapped_column(Integer, default=0)

@@ -1,0 +1,81 @@
+"""One typed settings object, read from AMPFLEET_* environment variables (or .env) once per process."""
+
+from __future__ import annotations
+
+import socket
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_SECRET = "development-only-secret"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AMPFLEET_", env_file=".env", extra="ignore")
+
+    environment: Literal["development", "test", "production"] = "development"
+    data_dir: Path = Field(Path("var"), description="Embedded database, broker files, runs, logs.")
+    database_url: str = Field("", description="SQLAlchemy URL; empty means a SQLite file in data_dir.")
+    broker_url: str = Field("", description="Celery broker URL; empty means files in data_dir.")
+    secret_key: str = DEFAULT_SECRET
+
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    max_body_bytes: int = Field(1 << 20, gt=0, description="Larger request bodies get 413.")
+
+    node_name: str = Field(default_factory=socket.gethostname)
+    node_address: str = Field("127.0.0.1", description="Address other nodes use for rendezvous.")
+    node_cpu_slots: int = Field(2, ge=1, description="Rank slots on a node without GPUs.")
+    node_labels: dict[str, str] = Field(default_factory=dict)
+    heartbeat_interval_s: float = Field(2.0, gt=0)
+    node_timeout_s: float = Field(30.0, gt=0, description="A node silent this long is dead.")
+
+    scheduler_poll_s: float = Field(2.0, gt=0, description="Pass interval when nobody wakes it.")
+    start_timeout_s: float = Field(120.0, gt=0, description="SCHEDULED/STARTING longer is requeued.")
+    cancel_grace_s: float = Field(5.0, ge=0, description="SIGTERM to SIGKILL delay on cancel.")
+    metrics_flush_s: float = Field(0.5, gt=0, description="How often ranks' metrics reach the DB.")
+
+    @model_validator(mode="after")
+    def _refuse_default_secret_outside_development(self) -> Settings:
+        if self.environment == "production" and self.secret_key == DEFAULT_SECRET:
+            raise ValueError("AMPFLEET_SECRET_KEY must be set in production")
+        return self
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir.resolve() / 'ampfleet.db'}"
+
+    @property
+    def effective_broker_url(self) -> str:
+        return self.broker_url or "filesystem://"
+
+    @property
+    def broker_folder(self) -> Path:
+        return self.data_dir.resolve() / "broker"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.data_dir.resolve() / "runs"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.data_dir.resolve() / "checkpoints"
+
+    @property
+    def node_queue(self) -> str:
+        return node_queue(self.node_name)
+
+
+def node_queue(node_name: str) -> str:
+    return f"node.{node_name}"
+
+
+SCHEDULER_QUEUE = "scheduler"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,98 @@
+"""The job spec: what a client submits, validated, then stored with every default resolved."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+# Names and labels may end up in file names, log lines and URLs: keep them boring.
+SafeName = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+]
+LabelValue = Annotated[str, StringConstraints(max_length=256)]
+MAX_HYPERPARAMETERS = 64
+
+
+class Precision(StrEnum):
+    AUTO = "auto"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+
+
+class Priority(StrEnum):
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+
+    @property
+    def rank(self) -> int:
+        return {"low": 0, "normal": 1, "high": 2}[self.value]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Resources(_Strict):
+    nodes: int = Field(1, ge=1, le=64, description="Nodes the job spans.")
+    procs_per_node: int = Field(
+        1, ge=1, le=64, description="Rank processes per node: one per GPU, or per CPU slot."
+    )
+    accelerator: Literal["any", "cuda", "cpu"] = Field(
+        "any", description="'cuda' needs GPU nodes, 'cpu' CPU nodes, 'any' takes either."
+    )
+    gpu_type: str | None = Field(None, max_length=128, description="Required GPU model substring.")
+
+    @property
+    def gang_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+
+class Stop(_Strict):
+    max_steps: int | None = Field(None, ge=1, le=10_000_000, description="Optimizer steps.")
+    epochs: int | None = Field(None, ge=1, le=100_000, description="Passes over the train set.")
+    max_runtime_s: int | None = Field(None, ge=1, description="Wall-clock limit -> TIMED_OUT.")
+
+    @model_validator(mode="after")
+    def _needs_an_end(self) -> Stop:
+        if self.max_steps is None and self.epochs is None:
+            raise ValueError("give max_steps or epochs")
+        return self
+
+
+class CheckpointPolicy(_Strict):
+    every_steps: int = Field(0, ge=0, description="0 checkpoints only at the end.")
+    keep_last: int = Field(2, ge=1, le=100)
+
+
+class RetryPolicy(_Strict):
+    max_restarts: int = Field(2, ge=0, le=100, description="Restarts after node loss or crash.")
+
+
+class JobSpec(_Strict):
+    """A training job as submitted over HTTP."""
+
+    name: SafeName | None = None
+    project: SafeName = "default"
+    recipe: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    precision: Precision = Precision.AUTO
+    allreduce_dtype: Precision = Precision.AUTO
+    stop: Stop = Field(default_factory=lambda: Stop(max_steps=100))
+    checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    priority: Priority = Priority.NORMAL
+    labels: dict[SafeName, LabelValue] = Field(default_factory=dict, max_length=64)
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    eval_every_steps: int = Field(0, ge=0, description="0 evaluates only at the end.")
+    log_every_steps: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _bounded_hyperparameters(self) -> JobSpec:
+        if len(self.hyperparameters) > MAX_HYPERPARAMETERS:
+            raise ValueError(f"at most {MAX_HYPERPARAMETERS} hyperparameters")
+        return self

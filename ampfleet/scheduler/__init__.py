@@ -1,0 +1,1 @@
+"""Placement (pure functions) and the scheduler process loop."""

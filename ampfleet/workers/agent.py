@@ -1,0 +1,219 @@
+"""The node agent: registers this node, heartbeats, and turns start messages into runs.
+
+A start message names a row (job, attempt, node rank). It is claimed with a conditional
+UPDATE on the allocation, so a duplicate or stale message changes nothing and launches
+nothing. Rank processes are supervised outside the Celery task, which returns at once:
+a multi-hour run is never a late-acked task that a broker could redeliver.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from ampfleet.core.db import session_scope
+from ampfleet.core.lifecycle import requeue_or_fail, transition
+from ampfleet.core.models import Allocation, Job, Node, utcnow
+from ampfleet.core.settings import Settings
+from ampfleet.core.states import JobState
+from ampfleet.workers.node import Capacity, detect_capacity
+from ampfleet.workers.rundir import RunDir
+from ampfleet.workers.supervisor import LaunchRequest, Supervisor
+
+log = logging.getLogger(__name__)
+PROCESS_GROUP_TIMEOUT_S = 600
+RENDEZVOUS_WAIT_S = 60.0
+
+
+class NodeAgent:
+    def __init__(self, settings: Settings, capacity: Capacity | None = None) -> None:
+        self.settings = settings
+        self.capacity = capacity or detect_capacity(settings)
+        self.supervisor = Supervisor(settings)
+        self._stop = threading.Event()
+        self._heartbeat = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+
+    @property
+    def node_id(self) -> str:
+        return self.settings.node_name
+
+    def start(self) -> None:
+        with session_scope() as session:
+            self._register(session)
+            self._recover_orphans(session)
+        self.supervisor.start()
+        self._heartbeat.start()
+        log.info(
+            "node %s ready: %d %s slot(s) on queue %s", self.node_id, self.capacity.slots,
+            self.capacity.accelerator, self.settings.node_queue,
+        )
+
+    def stop(self) -> None:
+        self.supervisor.shutdown()
+        self._stop.set()
+        self._heartbeat.join(timeout=5)
+
+    def _register(self, session: Session) -> None:
+        node = session.get(Node, self.node_id)
+        fields = {
+            "queue": self.settings.node_queue,
+            "address": self.settings.node_address,
+            "accelerator": self.capacity.accelerator,
+            "slots": self.capacity.slots,
+            "gpu_model": self.capacity.gpu_model,
+            "gpu_memory_mb": self.capacity.gpu_memory_mb,
+            "labels": self.settings.node_labels,
+            "last_heartbeat_at": utcnow(),
+        }
+        if node is None:
+            session.add(Node(id=self.node_id, state="ready", registered_at=utcnow(), **fields))
+        else:
+            for name, value in fields.items():
+                setattr(node, name, value)
+
+    def _recover_orphans(self, session: Session) -> None:
+        """Attempts this node had launched before it restarted died with their worker."""
+        orphans = session.execute(
+            select(Allocation.job_id, Allocation.attempt).where(
+                Allocation.node_id == self.node_id,
+                Allocation.released_at.is_(None),
+                Allocation.launched_at.is_not(None),
+            )
+        ).all()
+        for job_id, attempt in orphans:
+            requeue_or_fail(
+                session, job_id, attempt, reason="node_restarted",
+                message=f"node {self.node_id} restarted while running this attempt",
+            )
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.settings.heartbeat_interval_s):
+            try:
+                with session_scope() as session:
+                    result = session.execute(
+                        update(Node).where(Node.id == self.node_id)
+                        .values(last_heartbeat_at=utcnow())
+                    )
+                    if result.rowcount == 0:  # type: ignore[attr-defined]
+                        self._register(session)
+            except Exception:
+                log.warning("heartbeat failed; retrying", exc_info=True)
+
+    # -- start messages -------------------------------------------------------------------
+
+    def handle_start(self, job_id: str, attempt: int, node_rank: int) -> None:
+        request = self._claim(job_id, attempt, node_rank)
+        if request is None:
+            return
+        if request.rendezvous is None and request.nnodes > 1:
+            request = self._await_rendezvous(request)
+            if request is None:
+                return
+        self.supervisor.launch(request)
+
+    def _claim(self, job_id: str, attempt: int, node_rank: int) -> LaunchRequest | None:
+        with session_scope() as session:
+            claimed = session.execute(
+                update(Allocation)
+                .where(
+                    Allocation.job_id == job_id,
+                    Allocation.attempt == attempt,
+                    Allocation.node_rank == node_rank,
+                    Allocation.node_id == self.node_id,
+                    Allocation.launched_at.is_(None),
+                    Allocation.released_at.is_(None),
+                )
+                .values(launched_at=utcnow())
+            ).rowcount  # type: ignore[attr-defined]
+            if claimed != 1:
+                log.info("ignoring stale or duplicate start of %s attempt %s", job_id, attempt)
+                return None
+            job = session.get(Job, job_id)
+            assert job is not None
+            if job.attempt != attempt:
+                return None
+            if job.state == JobState.CANCELLING:
+                transition(
+                    session, job_id, JobState.CANCELLED, from_states={JobState.CANCELLING},
+                    attempt=attempt, reason="cancelled", message="cancelled before it started",
+                )
+                return None
+            transition(
+                session, job_id, JobState.STARTING, from_states={JobState.SCHEDULED},
+                attempt=attempt, reason="launching",
+                message=f"node {self.node_id} is launching its ranks",
+            )
+            session.refresh(job)
+            if job.state not in (JobState.STARTING, JobState.RUNNING):
+                return None
+            allocations = session.scalars(
+                select(Allocation).where(Allocation.job_id == job_id, Allocation.attempt == attempt)
+            ).all()
+            rendezvous = None
+            if node_rank == 0 and len(allocations) > 1:
+                rendezvous = f"{self.settings.node_address}:{_free_port()}"
+                session.execute(
+                    update(Allocation)
+                    .where(Allocation.job_id == job_id, Allocation.attempt == attempt,
+                           Allocation.node_rank == 0)
+                    .values(rendezvous=rendezvous)
+                )
+            spec = job.resolved
+            run_dir = RunDir.for_attempt(self.settings.runs_dir, job_id, attempt)
+            run_dir.path.mkdir(parents=True, exist_ok=True)
+            run_dir.job_file.write_text(
+                json.dumps(
+                    {
+                        "job_id": job_id,
+                        "attempt": attempt,
+                        "spec": spec,
+                        "checkpoint_dir": str(self.settings.checkpoints_dir / job_id),
+                        "process_group_timeout_s": PROCESS_GROUP_TIMEOUT_S,
+                        "metrics_flush_s": self.settings.metrics_flush_s,
+                    }
+                )
+            )
+            return LaunchRequest(
+                job_id=job_id,
+                attempt=attempt,
+                node_rank=node_rank,
+                nnodes=len(allocations),
+                procs_per_node=int(spec["resources"]["procs_per_node"]),
+                rendezvous=rendezvous,
+                run_dir=run_dir,
+                max_runtime_s=spec["stop"].get("max_runtime_s"),
+            )
+
+    def _await_rendezvous(self, request: LaunchRequest) -> LaunchRequest | None:
+        """Non-first nodes wait for the first node to publish its rendezvous endpoint."""
+        deadline = time.monotonic() + RENDEZVOUS_WAIT_S
+        while time.monotonic() < deadline:
+            with session_scope() as session:
+                endpoint = session.scalar(
+                    select(Allocation.rendezvous).where(
+                        Allocation.job_id == request.job_id,
+                        Allocation.attempt == request.attempt,
+                        Allocation.node_rank == 0,
+                    )
+                )
+            if endpoint:
+                return LaunchRequest(**{**request.__dict__, "rendezvous": endpoint})
+            time.sleep(0.2)
+        with session_scope() as session:
+            requeue_or_fail(
+                session, request.job_id, request.attempt, reason="rendezvous_timeout",
+                message="the first node of the job never published its rendezvous endpoint",
+            )
+        return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])

@@ -1,0 +1,316 @@
+"""Supervises the attempts running on this node.
+
+One long-lived thread launches torchrun for each attempt (PR_SET_PDEATHSIG is tied to the
+thread that forks, so it must outlive the children), forwards rank 0's records to the
+database in batches, enforces cancel and max runtime, and records how each attempt ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session
+
+from ampfleet.core.db import session_scope
+from ampfleet.core.lifecycle import record_event, requeue_or_fail, transition
+from ampfleet.core.messaging import wake_scheduler
+from ampfleet.core.models import Job, Metric, utcnow
+from ampfleet.core.settings import Settings
+from ampfleet.core.states import JobState
+from ampfleet.workers.launch import torchrun_args
+from ampfleet.workers.rundir import RecordReader, RunDir
+
+log = logging.getLogger(__name__)
+ACTIVE = (JobState.STARTING, JobState.RUNNING)
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    job_id: str
+    attempt: int
+    node_rank: int
+    nnodes: int
+    procs_per_node: int
+    rendezvous: str | None
+    run_dir: RunDir
+    max_runtime_s: int | None
+
+
+@dataclass
+class RunningAttempt:
+    request: LaunchRequest
+    process: subprocess.Popen[bytes]
+    launcher_log: IO[bytes]
+    reader: RecordReader
+    started: float = field(default_factory=time.monotonic)
+    stop_reason: str | None = None  # cancel | timeout | superseded | shutdown
+    kill_at: float | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.request.job_id, self.request.attempt
+
+
+class Supervisor:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._requests: queue.Queue[LaunchRequest] = queue.Queue()
+        self._running: dict[tuple[str, int], RunningAttempt] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
+        self._last_sync = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def launch(self, request: LaunchRequest) -> None:
+        self._requests.put(request)
+
+    def running_keys(self) -> set[tuple[str, int]]:
+        return set(self._running)
+
+    def shutdown(self) -> None:
+        """Stop every attempt (they are requeued) and the thread."""
+        for attempt in list(self._running.values()):
+            self._stop_attempt(attempt, "shutdown")
+        deadline = time.monotonic() + self.settings.cancel_grace_s + 5
+        while self._running and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._launch_pending()
+                if time.monotonic() - self._last_sync >= self.settings.metrics_flush_s:
+                    self._sync()
+                    self._last_sync = time.monotonic()
+                self._enforce_kill_deadlines()
+            except Exception:
+                log.exception("supervisor pass failed; retrying")
+                time.sleep(1.0)
+            time.sleep(0.05)
+
+    def _launch_pending(self) -> None:
+        while True:
+            try:
+                request = self._requests.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                self._running[(request.job_id, request.attempt)] = self._spawn(request)
+            except Exception as exc:
+                log.exception("could not launch %s attempt %s", request.job_id, request.attempt)
+                with session_scope() as session:
+                    transition(
+                        session, request.job_id, JobState.FAILED, from_states=ACTIVE,
+                        attempt=request.attempt, reason="launch_failed",
+                        message=f"the node could not launch the ranks: {exc}",
+                        failure_reason=f"launch failed on node {self.settings.node_name}: {exc}",
+                    )
+
+    def _spawn(self, request: LaunchRequest) -> RunningAttempt:
+        run_dir = request.run_dir
+        run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
+        args = torchrun_args(
+            run_dir=str(run_dir.path),
+            nnodes=request.nnodes,
+            procs_per_node=request.procs_per_node,
+            rendezvous=request.rendezvous,
+            rendezvous_id=f"{request.job_id}-{request.attempt}",
+            is_host=request.node_rank == 0,
+            local_addr=self.settings.node_address,
+            logs_dir=str(run_dir.logs_dir),
+        )
+        env = dict(os.environ)
+        # Share this node's cores between its ranks instead of oversubscribing them.
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // request.procs_per_node))
+        env["PYTHONUNBUFFERED"] = "1"
+        launcher_log = (run_dir.logs_dir / "launcher.log").open("ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ampfleet.workers.launch", *args],
+            stdout=launcher_log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: cancel signals every rank
+            env=env,
+        )
+        log.info("launched %s attempt %s (pid %s)", request.job_id, request.attempt, process.pid)
+        return RunningAttempt(request, process, launcher_log, RecordReader(run_dir.events_file))
+
+    def _sync(self) -> None:
+        """One transaction for every attempt on this node: records in, decisions out."""
+        if not self._running:
+            return
+        finished = [a for a in self._running.values() if a.process.poll() is not None]
+        ended_keys: list[tuple[str, int]] = []
+        with session_scope() as session:
+            for attempt in self._running.values():
+                self._apply_records(session, attempt, attempt.reader.read_new())
+            states = self._current_states(session)
+            for attempt in self._running.values():
+                if attempt.process.poll() is None:
+                    self._check_should_stop(attempt, states.get(attempt.request.job_id))
+            for attempt in finished:
+                self._record_outcome(session, attempt)
+                ended_keys.append(attempt.key)
+        for key in ended_keys:
+            self._running.pop(key).launcher_log.close()
+        if ended_keys:
+            wake_scheduler()  # slots were freed
+
+    def _current_states(self, session: Session) -> dict[str, tuple[str, int]]:
+        ids = [a.request.job_id for a in self._running.values()]
+        rows = session.execute(select(Job.id, Job.state, Job.attempt).where(Job.id.in_(ids)))
+        return {job_id: (state, attempt) for job_id, state, attempt in rows}
+
+    def _check_should_stop(self, attempt: RunningAttempt, current: tuple[str, int] | None) -> None:
+        if attempt.stop_reason:
+            return
+        request = attempt.request
+        if current is None or current[1] != request.attempt or JobState(current[0]).is_terminal():
+            self._stop_attempt(attempt, "superseded")  # fenced out: never two attempts at once
+        elif current[0] == JobState.CANCELLING:
+            self._stop_attempt(attempt, "cancel")
+        elif request.max_runtime_s and time.monotonic() - attempt.started > request.max_runtime_s:
+            self._stop_attempt(attempt, "timeout")
+
+    def _stop_attempt(self, attempt: RunningAttempt, reason: str) -> None:
+        if attempt.stop_reason:
+            return
+        attempt.stop_reason = reason
+        attempt.kill_at = time.monotonic() + self.settings.cancel_grace_s
+        log.info("stopping %s attempt %s: %s", *attempt.key, reason)
+        _signal_group(attempt.process, signal.SIGTERM)
+
+    def _enforce_kill_deadlines(self) -> None:
+        now = time.monotonic()
+        for attempt in self._running.values():
+            if attempt.kill_at and now >= attempt.kill_at and attempt.process.poll() is None:
+                _signal_group(attempt.process, signal.SIGKILL)
+                attempt.kill_at = None
+
+    # -- records and outcomes -------------------------------------------------------------
+
+    def _apply_records(
+        self, session: Session, attempt: RunningAttempt, records: list[dict[str, Any]]
+    ) -> None:
+        if not records:
+            return
+        request = attempt.request
+        job = session.get(Job, request.job_id)
+        if job is None or job.attempt != request.attempt:
+            return
+        metric_rows: list[dict[str, Any]] = []
+        latest = dict(job.latest_metrics or {})
+        for record in records:
+            kind = record.get("kind")
+            if kind == "started":
+                transition(
+                    session, job.id, JobState.RUNNING, from_states={JobState.STARTING},
+                    attempt=request.attempt, reason="ranks_started",
+                    message=_started_message(record),
+                    precision=record["precision"], allreduce_dtype=record["allreduce_dtype"],
+                    total_steps=record["total_steps"],
+                    started_at=job.started_at or utcnow(),
+                )
+            elif kind == "metrics":
+                for name, value in record["values"].items():
+                    metric_rows.append(
+                        {"job_id": job.id, "attempt": request.attempt, "step": record["step"],
+                         "name": name, "value": float(value), "time": utcnow()}
+                    )
+                    latest[name] = float(value)
+            elif kind == "progress":
+                job.step = int(record["step"])
+                job.total_steps = int(record["total_steps"])
+            elif kind == "event":
+                record_event(session, job, record["reason"], record["message"])
+        if metric_rows:
+            session.execute(insert(Metric), metric_rows)  # one multi-row INSERT per batch
+            job.latest_metrics = latest
+        session.flush()
+
+    def _record_outcome(self, session: Session, attempt: RunningAttempt) -> None:
+        self._apply_records(session, attempt, attempt.reader.read_new())
+        request = attempt.request
+        job_id, number = attempt.key
+        code = attempt.process.returncode
+        log.info("%s attempt %s exited with %s (%s)", job_id, number, code, attempt.stop_reason)
+        if attempt.stop_reason == "cancel":
+            transition(
+                session, job_id, JobState.CANCELLED, from_states={JobState.CANCELLING},
+                attempt=number, reason="cancelled", message="every rank stopped",
+            )
+        elif attempt.stop_reason == "timeout":
+            transition(
+                session, job_id, JobState.TIMED_OUT,
+                from_states={JobState.STARTING, JobState.RUNNING, JobState.CANCELLING},
+                attempt=number, reason="max_runtime",
+                message=f"ran longer than stop.max_runtime_s={request.max_runtime_s}",
+                failure_reason=f"exceeded max_runtime_s={request.max_runtime_s}",
+            )
+        elif attempt.stop_reason in ("superseded", "shutdown"):
+            if attempt.stop_reason == "shutdown":
+                requeue_or_fail(
+                    session, job_id, number, reason="node_shutdown",
+                    message=f"node {self.settings.node_name} shut down",
+                )
+        elif code == 0:
+            transition(
+                session, job_id, JobState.SUCCEEDED,
+                from_states={JobState.STARTING, JobState.RUNNING, JobState.CANCELLING},
+                attempt=number, reason="completed", message="training finished",
+            )
+        else:
+            self._record_failure(session, attempt, code)
+
+    def _record_failure(self, session: Session, attempt: RunningAttempt, code: int) -> None:
+        job_id, number = attempt.key
+        failures = attempt.request.run_dir.failures()
+        if failures:
+            # The recipe or the loop raised: deterministic, so retrying would fail again.
+            first = failures[0]
+            reason = f"rank {first['rank']}: {first['type']}: {first['message']}"
+            transition(
+                session, job_id, JobState.FAILED,
+                from_states={JobState.STARTING, JobState.RUNNING, JobState.CANCELLING},
+                attempt=number, reason="training_error", message=reason, failure_reason=reason,
+            )
+            return
+        # No exception was recorded: the ranks were killed (OOM killer, signal, lost peer).
+        requeue_or_fail(
+            session, job_id, number, reason="ranks_lost",
+            message=f"the ranks on node {self.settings.node_name} exited with code {code} "
+            f"without an error report (killed or out of memory?)",
+        )
+
+
+def _started_message(record: dict[str, Any]) -> str:
+    resumed = record.get("resumed_from_step") or 0
+    where = f", resumed at step {resumed}" if resumed else ""
+    return (
+        f"{record['world_size']} ranks on {record['backend']}, {record['precision']} compute, "
+        f"{record['allreduce_dtype']} AllReduce{where}"
+    )
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+

@@ -1,0 +1,1 @@
+"""Distributed mixed-precision training: one process per rank, launched by torchrun."""

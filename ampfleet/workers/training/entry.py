@@ -1,0 +1,134 @@
+"""One rank's process, launched by torchrun: `python -m ampfleet.workers.training.entry RUN_DIR`.
+
+Reads job.json, joins the process group (NCCL on CUDA, gloo on CPU), builds the recipe and
+trains. Whatever goes wrong is written to failure-rank<r>.json in words a user can act on;
+the process group is always torn down.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ampfleet.core.recipes import get_recipe
+from ampfleet.workers.rundir import RecordWriter, RunDir
+from ampfleet.workers.training.loop import LoopConfig, train
+from ampfleet.workers.training.precision import resolve_allreduce_dtype, resolve_precision
+from ampfleet.workers.training.task import RecipeContext
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """If torchrun is killed (say, with the whole worker), take this rank down too."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def pick_device(accelerator: str, local_rank: int) -> tuple[torch.device, str]:
+    if accelerator != "cpu" and torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank), "nccl"
+    if accelerator == "cuda":
+        raise RuntimeError("the job asked for CUDA but this node has no usable GPU")
+    return torch.device("cpu"), "gloo"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def run(run_dir: RunDir, rank: int, world_size: int, local_rank: int) -> None:
+    job: dict[str, Any] = json.loads(run_dir.job_file.read_text())
+    spec = job["spec"]
+    device, backend = pick_device(spec["resources"]["accelerator"], local_rank)
+    dist.init_process_group(
+        backend, timeout=timedelta(seconds=job["process_group_timeout_s"]),
+        device_id=device if device.type == "cuda" else None,
+    )
+    precision = resolve_precision(spec["precision"], device)
+    allreduce_dtype = resolve_allreduce_dtype(spec["allreduce_dtype"], precision, backend)
+    # Same seed for model init on every rank (DDP broadcasts rank 0's weights anyway);
+    # offset by rank afterwards so dropout and augmentation differ per rank.
+    seed_everything(spec["seed"])
+    recipe = get_recipe(spec["recipe"])
+    hyperparameters = recipe.hyperparameters.model_validate(spec["hyperparameters"])
+    task = recipe.build(
+        hyperparameters,
+        RecipeContext(rank=rank, world_size=world_size, device=device, seed=spec["seed"]),
+    )
+    seed_everything(spec["seed"] + rank)
+    config = LoopConfig(
+        max_steps=spec["stop"]["max_steps"],
+        epochs=spec["stop"]["epochs"],
+        precision=precision,
+        allreduce_dtype=allreduce_dtype,
+        backend=backend,
+        device=device,
+        rank=rank,
+        world_size=world_size,
+        seed=spec["seed"],
+        eval_every_steps=spec["eval_every_steps"],
+        log_every_steps=spec["log_every_steps"],
+        checkpoint_every_steps=spec["checkpoint"]["every_steps"],
+        keep_last_checkpoints=spec["checkpoint"]["keep_last"],
+        checkpoint_dir=Path(job["checkpoint_dir"]),
+    )
+    writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
+    try:
+        train(task, config, writer)
+        if writer:
+            writer.write("finished")
+    finally:
+        if writer:
+            writer.close()
+
+
+def write_failure(run_dir: RunDir, rank: int, exc: BaseException) -> None:
+    tail = traceback.format_exception(exc)[-3:]
+    record = {
+        "rank": rank,
+        "time": time.time(),
+        "type": type(exc).__name__,
+        "message": str(exc)[:2000],
+        "traceback_tail": "".join(tail)[-4000:],
+    }
+    run_dir.failure_file(rank).write_text(json.dumps(record))
+
+
+def main(argv: list[str]) -> int:
+    die_with_parent()
+    run_dir = RunDir(Path(argv[1]))
+    rank = int(os.environ["RANK"])
+    try:
+        run(run_dir, rank, int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
+        return 0
+    except Exception as exc:
+        write_failure(run_dir, rank, exc)
+        traceback.print_exc()
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,56 @@
+"""Choosing the compute precision and the matching autocast/GradScaler setup."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+@lru_cache
+def cpu_supports_bf16() -> bool:
+    """AVX512-BF16 or AMX: the CPU has native bf16 dot products, so autocast pays off."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(requested: str, device: torch.device) -> str:
+    """`auto`: bf16 where the hardware has it, fp16 on older CUDA, fp32 otherwise."""
+    if requested != "auto":
+        return requested
+    if device.type == "cuda":
+        major, _ = torch.cuda.get_device_capability(device)
+        return "bf16" if major >= 8 else "fp16"
+    return "bf16" if cpu_supports_bf16() else "fp32"
+
+
+def resolve_allreduce_dtype(requested: str, precision: str, backend: str) -> str:
+    """`auto` follows the compute precision; on gloo it takes bf16 for either half type,
+    because gloo sums fp16 in software (no faster than fp32) while bf16 is ~0.6x."""
+    if requested != "auto":
+        return requested
+    if precision == "fp32":
+        return "fp32"
+    return "bf16" if backend == "gloo" else precision
+
+
+@contextlib.contextmanager
+def autocast(precision: str, device: torch.device) -> Iterator[None]:
+    if precision == "fp32":
+        yield
+        return
+    with torch.autocast(device_type=device.type, dtype=DTYPES[precision]):
+        yield
+
+
+def make_grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
+    """Dynamic loss scaling is needed for fp16 only; disabled scalers are pass-throughs."""
+    return torch.amp.GradScaler(device.type, enabled=precision == "fp16")

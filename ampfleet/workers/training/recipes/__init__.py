@@ -1,0 +1,1 @@
+"""Built-in recipes, registered as entry points in the group `ampfleet.recipes`."""

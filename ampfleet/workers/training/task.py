@@ -1,0 +1,47 @@
+"""What a recipe hands the training loop, and what the loop tells a recipe about its rank."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+Batch = Any
+
+
+@dataclass(frozen=True)
+class RecipeContext:
+    rank: int
+    world_size: int
+    device: torch.device
+    seed: int
+
+
+@dataclass
+class TrainingTask:
+    """A model, its data and how to score it; the loop owns precision, DDP and the schedule."""
+
+    model: nn.Module
+    train_dataset: Dataset[Any]
+    val_dataset: Dataset[Any] | None
+    loss: Callable[[nn.Module, Batch], torch.Tensor]
+    """Mean loss of one micro-batch (already on the device)."""
+    eval_step: Callable[[nn.Module, Batch], dict[str, torch.Tensor]]
+    """Per-batch *sums* (for example loss_sum, correct, count); the loop all-reduces them."""
+    eval_finalize: Callable[[dict[str, float]], dict[str, float]]
+    """Turns global sums into the reported validation metrics."""
+    batch_size: int
+    """Per rank, per micro-step."""
+    learning_rate: float
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    grad_clip: float | None = 1.0
+    grad_accum_steps: int = 1
+    collate_fn: Callable[[list[Any]], Batch] | None = None
+    samples_per_item: int = 1
+    """How many samples (for samples/s) one dataset item holds."""
+    eval_max_batches: int | None = None
