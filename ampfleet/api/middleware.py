@@ -28,27 +28,34 @@ class BodySizeLimitMiddleware:
                 return
 
         received = 0
-        response_started = False
+        too_large = False
+        replaced = False
 
         async def counting_receive() -> Message:
-            nonlocal received
+            nonlocal received, too_large
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
+                    too_large = True
                     raise _BodyTooLarge
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal response_started
-            if message["type"] == "http.response.start":
-                response_started = True
+        async def guarded_send(message: Message) -> None:
+            # The framework turns an error while reading the body into its own 400; once we
+            # know the body was too large, answer 413 instead of whatever it says.
+            nonlocal replaced
+            if too_large:
+                if not replaced:
+                    replaced = True
+                    await self._reject(send)
+                return
             await send(message)
 
         try:
-            await self.app(scope, counting_receive, tracking_send)
+            await self.app(scope, counting_receive, guarded_send)
         except _BodyTooLarge:
-            if not response_started:
+            if not replaced:
                 await self._reject(send)
 
     async def _reject(self, send: Send) -> None:

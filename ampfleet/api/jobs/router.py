@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
@@ -27,6 +28,7 @@ from ampfleet.core.states import JobState
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 MAX_METRIC_POINTS = 100_000
+JOB_ID = re.compile(r"job_[0-9a-z]{26}")
 
 
 @router.post(
@@ -144,6 +146,10 @@ def _encode_cursor(job_id: str) -> str:
 
 def _decode_cursor(cursor: str) -> str:
     try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        padded = cursor + "=" * (-len(cursor) % 4)
+        job_id = base64.b64decode(padded, altchars=b"-_", validate=True).decode("ascii")
     except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise UnprocessableError.for_field("cursor", "not a cursor this API returned") from None
+        job_id = ""
+    if not JOB_ID.fullmatch(job_id):
+        raise UnprocessableError.for_field("cursor", "not a cursor this API returned")
+    return job_id

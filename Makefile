@@ -1,0 +1,42 @@
+# Two commands: `make run` (the service on the embedded default) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Install torch on its own, first: a bare `torch` requirement on a machine without it
+# resolves to a multi-GB CUDA build. Override (e.g. a CUDA wheel) on GPU hosts.
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed-stamp
+PYTEST_FLAGS ?=
+
+.PHONY: install run test test-all lint format bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/ampfleet migrate
+	$(BIN)/ampfleet up
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy ampfleet
+
+test: lint
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_FLAGS)
+
+test-all: lint
+	$(BIN)/python -m pytest $(PYTEST_FLAGS)
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache test-artifacts

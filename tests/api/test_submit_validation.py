@@ -1,0 +1,107 @@
+"""Bad input gets a 4xx in the one error envelope, names the offending field, writes nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.factories import job_spec, row_counts
+
+
+def assert_envelope(response_json: dict, code: str) -> dict:
+    assert set(response_json) == {"error"}
+    error = response_json["error"]
+    assert error["code"] == code
+    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["details"], list)
+    assert "Traceback" not in json.dumps(response_json)
+    return error
+
+
+def fields(error: dict) -> set[str]:
+    return {d["field"] for d in error["details"]}
+
+
+BAD_SPECS = [
+    pytest.param(job_spec(recipe="no-such-recipe"), "recipe", id="unknown-recipe"),
+    pytest.param(job_spec(resources={"nodes": 0}), "resources.nodes", id="zero-nodes"),
+    pytest.param(
+        job_spec(resources={"procs_per_node": -2}), "resources.procs_per_node", id="negative-procs"
+    ),
+    pytest.param(job_spec(precision="fp8"), "precision", id="unknown-precision"),
+    pytest.param(job_spec(allreduce_dtype="int4"), "allreduce_dtype", id="unknown-allreduce"),
+    pytest.param(job_spec(stop={"max_steps": 0}), "stop.max_steps", id="zero-steps"),
+    pytest.param(job_spec(stop={}), "stop", id="no-stopping-condition"),
+    pytest.param(job_spec(gpus=8), "gpus", id="unknown-field"),
+    pytest.param(
+        job_spec(hyperparameters={"learning_rate": "fast"}),
+        "hyperparameters.learning_rate",
+        id="bad-hyperparameter-type",
+    ),
+    pytest.param(
+        job_spec(hyperparameters={"momentum": 0.9}), "hyperparameters.momentum",
+        id="unknown-hyperparameter",
+    ),
+    pytest.param(job_spec(name="../../etc/passwd"), "name", id="path-in-name"),
+    pytest.param({"resources": {"nodes": 1}}, "recipe", id="missing-recipe"),
+]
+
+
+@pytest.mark.parametrize(("spec", "field"), BAD_SPECS)
+def test_bad_spec_is_refused_naming_the_field(client: TestClient, spec: dict, field: str) -> None:
+    before = row_counts()
+    response = client.post("/v1/jobs", json=spec)
+    assert response.status_code == 422, response.text
+    error = assert_envelope(response.json(), "validation_error")
+    assert field in fields(error)
+    assert row_counts() == before
+
+
+def test_malformed_json_is_refused(client: TestClient) -> None:
+    response = client.post(
+        "/v1/jobs", content=b'{"recipe": "digits",', headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422
+    error = assert_envelope(response.json(), "validation_error")
+    assert fields(error) == {"body"}
+    assert row_counts()["jobs"] == 0
+
+
+def test_oversized_body_gets_413(client: TestClient) -> None:
+    huge = job_spec(labels={"padding": "x" * 200}, hyperparameters={})
+    body = json.dumps(huge).encode() + b" " * (2 << 20)
+    response = client.post("/v1/jobs", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 413
+    assert_envelope(response.json(), "payload_too_large")
+    assert row_counts()["jobs"] == 0
+
+
+def test_oversized_chunked_body_gets_413(client: TestClient) -> None:
+    def chunks():
+        yield b'{"recipe": "digits", "name": "'
+        for _ in range(40):
+            yield b"a" * 65536
+        yield b'"}'
+
+    response = client.post(
+        "/v1/jobs", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413
+    assert row_counts()["jobs"] == 0
+
+
+def test_too_many_hyperparameters(client: TestClient) -> None:
+    spec = job_spec(hyperparameters={f"h{i}": i for i in range(100)})
+    response = client.post("/v1/jobs", json=spec)
+    assert response.status_code == 422
+    assert row_counts()["jobs"] == 0
+
+
+def test_wrong_content_type_is_refused(client: TestClient) -> None:
+    response = client.post("/v1/jobs", content=b"recipe=digits",
+                           headers={"content-type": "text/plain"})
+    assert response.status_code == 422
+    assert_envelope(response.json(), "validation_error")
+    assert row_counts()["jobs"] == 0

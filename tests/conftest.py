@@ -1,0 +1,100 @@
+"""Shared fixtures: real PostgreSQL and Redis, and the embedded default (SQLite + files)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from ampfleet.core.db import get_engine
+from ampfleet.core.migrate import upgrade
+from tests.support.env import environment, fresh_postgres_database
+from tests.support.services import ensure_services
+
+TABLES = ("metrics", "job_events", "allocations", "outbox", "jobs", "nodes")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    missing = ensure_services()
+    if missing:
+        pytest.exit(
+            "the test suite needs real services, and these are not running and could not be "
+            f"started: {', '.join(missing)}",
+            returncode=3,
+        )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU; runs where one is present")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    with fresh_postgres_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    db_index = 15
+    client = redis.Redis.from_url(f"redis://127.0.0.1:6379/{db_index}")
+    client.flushdb()
+    yield f"redis://127.0.0.1:6379/{db_index}"
+    client.flushdb()
+
+
+def _truncate() -> None:
+    engine = get_engine()
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+        else:
+            for table in TABLES:
+                conn.execute(text(f"DELETE FROM {table}"))
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def backend(
+    request: pytest.FixtureRequest, tmp_path: Path, postgres_url: str, redis_url: str
+) -> Iterator[str]:
+    """Configures the process for one backend: PostgreSQL + Redis, or SQLite + files."""
+    if request.param == "postgres":
+        values = {
+            "AMPFLEET_DATABASE_URL": postgres_url,
+            "AMPFLEET_BROKER_URL": redis_url,
+            "AMPFLEET_DATA_DIR": str(tmp_path / "var"),
+        }
+    else:
+        values = {
+            "AMPFLEET_DATABASE_URL": f"sqlite:///{tmp_path / 'var' / 'ampfleet.db'}",
+            "AMPFLEET_BROKER_URL": "",
+            "AMPFLEET_DATA_DIR": str(tmp_path / "var"),
+        }
+    values["AMPFLEET_ENVIRONMENT"] = "test"
+    values["AMPFLEET_NODE_NAME"] = f"test-{uuid.uuid4().hex[:6]}"
+    with environment(values):
+        if request.param == "sqlite":
+            upgrade(values["AMPFLEET_DATABASE_URL"])
+        _truncate()
+        yield request.param
+        _truncate()
+
+
+@pytest.fixture
+def client(backend: str) -> Iterator[TestClient]:
+    from ampfleet.api.app import create_app
+
+    with TestClient(create_app(), raise_server_exceptions=False) as test_client:
+        yield test_client

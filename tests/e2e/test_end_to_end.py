@@ -1,0 +1,79 @@
+"""The whole path with real processes: HTTP -> scheduler -> Celery -> torchrun ranks -> DB."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import create_engine, func, select
+
+from ampfleet.core.models import Metric
+from tests.factories import job_spec
+from tests.support.fleet import Fleet, rank_processes
+
+pytestmark = pytest.mark.e2e
+
+
+def metric_rows(fleet: Fleet, job_id: str) -> int:
+    url = fleet.env["AMPFLEET_DATABASE_URL"] or f"sqlite:///{fleet.root / 'var' / 'ampfleet.db'}"
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return conn.scalar(select(func.count()).where(Metric.job_id == job_id)) or 0
+    finally:
+        engine.dispose()
+
+
+def test_digits_two_ranks_bf16_to_succeeded(fleet: Fleet) -> None:
+    spec = job_spec(
+        name="digits-e2e",
+        stop={"max_steps": 200},
+        eval_every_steps=50,
+        precision="bf16",
+        allreduce_dtype="bf16",
+    )
+    job = fleet.submit(spec)
+    assert job["state"] == "QUEUED"
+
+    done = fleet.wait_for_state(job["id"], {"SUCCEEDED"})
+    assert done["attempt"] == 1
+    assert done["progress"]["step"] == done["progress"]["total_steps"] == 200
+    assert done["precision"]["effective"] == "bf16"
+    assert done["allreduce_dtype"]["effective"] == "bf16"
+    assert done["latest_metrics"]["val_accuracy"] >= 0.9
+    assert done["started_at"] and done["finished_at"]
+
+    transitions = [e["to_state"] for e in fleet.events(job["id"]) if e["kind"] == "transition"]
+    assert transitions == ["QUEUED", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED"]
+
+    metrics = fleet.http.get(f"/v1/jobs/{job['id']}/metrics").json()
+    series = {s["name"]: s["points"] for s in metrics["series"]}
+    assert {"loss", "learning_rate", "samples_per_s", "step_time_s", "val_accuracy"} <= set(series)
+    assert len(series["loss"]) == 200
+    assert series["val_accuracy"][-1]["value"] >= 0.9
+    assert metric_rows(fleet, job["id"]) >= 200 * 5
+    assert rank_processes(job["id"]) == []
+
+
+def test_cancel_stops_every_rank(fleet: Fleet) -> None:
+    job = fleet.submit(job_spec(stop={"max_steps": 5_000_000}, log_every_steps=50))
+    fleet.wait_for_state(job["id"], {"RUNNING"})
+    fleet.wait_until(lambda: len(rank_processes(job["id"])) >= 3, timeout=30,
+                     what="torchrun and both ranks")
+    response = fleet.http.post(f"/v1/jobs/{job['id']}/cancel")
+    assert response.status_code == 202
+    assert response.json()["state"] == "CANCELLING"
+
+    cancelled = fleet.wait_for_state(job["id"], {"CANCELLED"}, timeout=60)
+    assert cancelled["finished_at"] is not None
+    assert rank_processes(job["id"]) == []
+    transitions = [e["to_state"] for e in fleet.events(job["id"]) if e["kind"] == "transition"]
+    assert transitions[-2:] == ["CANCELLING", "CANCELLED"]
+    nodes = fleet.http.get("/v1/nodes").json()["items"]
+    assert all(n["used_slots"] == 0 for n in nodes)
+
+
+def test_training_error_fails_with_an_actionable_reason(fleet: Fleet) -> None:
+    job = fleet.submit(job_spec(hyperparameters={"batch_size": 4096}))
+    failed = fleet.wait_for_state(job["id"], {"FAILED"})
+    assert "smaller than one batch per rank" in failed["failure_reason"]
+    assert failed["failure_reason"].startswith("rank ")
+    assert rank_processes(job["id"]) == []

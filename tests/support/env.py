@@ -1,0 +1,59 @@
+"""Point every cached factory (settings, engine, Celery) at a test configuration."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+from ampfleet.core import db, messaging, recipes, settings
+from ampfleet.core.migrate import upgrade
+
+ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def reset_caches() -> None:
+    for cached in (
+        settings.get_settings,
+        db.get_engine,
+        db.get_sessionmaker,
+        messaging.get_celery,
+        recipes.installed_recipes,
+    ):
+        if cached is db.get_engine and db.get_engine.cache_info().currsize:
+            db.get_engine().dispose()
+        cached.cache_clear()
+
+
+@contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    reset_caches()
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        reset_caches()
+
+
+@contextmanager
+def fresh_postgres_database(prefix: str = "ampfleet_test") -> Iterator[str]:
+    """A new, migrated PostgreSQL database; dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -1,0 +1,165 @@
+"""Real api, scheduler and worker processes for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Fleet:
+    """One API, one scheduler and N worker nodes, each a real `ampfleet` process."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        database_url: str,
+        broker_url: str,
+        nodes: tuple[str, ...] = ("node-a",),
+        cpu_slots: int = 2,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        self.root = root
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.node_names = nodes
+        self.env = {
+            **os.environ,
+            "AMPFLEET_ENVIRONMENT": "test",
+            "AMPFLEET_DATABASE_URL": database_url,
+            "AMPFLEET_BROKER_URL": broker_url,
+            "AMPFLEET_DATA_DIR": str(root / "var"),
+            "AMPFLEET_API_PORT": str(self.port),
+            "AMPFLEET_NODE_CPU_SLOTS": str(cpu_slots),
+            "AMPFLEET_HEARTBEAT_INTERVAL_S": "1",
+            "AMPFLEET_SCHEDULER_POLL_S": "1",
+            "PYTHONUNBUFFERED": "1",
+            **(extra_env or {}),
+        }
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.http = httpx.Client(base_url=self.base_url, timeout=30)
+
+    # -- processes ------------------------------------------------------------------------
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+        log = (self.root / f"{name}.log").open("ab")
+        self.processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "ampfleet.cli", *args],
+            env=env or self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
+        )
+
+    def start_worker(self, node: str) -> None:
+        self._spawn(f"worker-{node}", ["worker"], {**self.env, "AMPFLEET_NODE_NAME": node})
+
+    def start(self) -> Fleet:
+        self.root.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "ampfleet.cli", "migrate"], env=self.env,
+                       check=True, capture_output=True, cwd=self.root)
+        self._spawn("api", ["api"])
+        self._spawn("scheduler", ["scheduler"])
+        for node in self.node_names:
+            self.start_worker(node)
+        self.wait_until(self._ready, timeout=90, what="api up and every node alive")
+        return self
+
+    def _ready(self) -> bool:
+        try:
+            nodes = self.http.get("/v1/nodes").json()["items"]
+        except (httpx.HTTPError, KeyError, ValueError):
+            return False
+        alive = {n["id"] for n in nodes if n["alive"]}
+        return set(self.node_names) <= alive
+
+    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
+        self.processes[name].send_signal(sig)
+        self.processes[name].wait(timeout=30)
+
+    def stop(self) -> None:
+        self.http.close()
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def logs(self, tail: int = 60) -> str:
+        parts = []
+        for name in self.processes:
+            lines = (self.root / f"{name}.log").read_text(errors="replace").splitlines()
+            parts.append(f"----- {name} -----\n" + "\n".join(lines[-tail:]))
+        return "\n".join(parts)
+
+    # -- API helpers ----------------------------------------------------------------------
+
+    def wait_until(self, predicate: Any, *, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
+
+    def submit(self, spec: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        response = self.http.post("/v1/jobs", json=spec, **kwargs)
+        assert response.status_code in (200, 202), response.text
+        return dict(response.json())
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return dict(self.http.get(f"/v1/jobs/{job_id}").json())
+
+    def wait_for_state(
+        self, job_id: str, states: set[str], timeout: float = 180
+    ) -> dict[str, Any]:
+        seen: list[str] = []
+
+        def reached() -> bool:
+            state = self.job(job_id)["state"]
+            if not seen or seen[-1] != state:
+                seen.append(state)
+            if state in TERMINAL and state not in states:
+                raise AssertionError(
+                    f"job {job_id} ended {state} (states seen {seen}): "
+                    f"{self.job(job_id)['failure_reason']}\n{self.logs()}"
+                )
+            return state in states
+
+        self.wait_until(reached, timeout=timeout, what=f"{job_id} to reach {states}")
+        return self.job(job_id)
+
+    def events(self, job_id: str) -> list[dict[str, Any]]:
+        return list(self.http.get(f"/v1/jobs/{job_id}/events").json()["items"])
+
+
+def rank_processes(job_id: str) -> list[int]:
+    """Pids whose command line mentions the job (its run folder): torchrun and ranks."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if job_id.encode() in cmdline:
+            pids.append(int(proc.name))
+    return pids
