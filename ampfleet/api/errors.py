@@ -8,6 +8,7 @@ and never carries a traceback.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -76,8 +77,11 @@ class ServiceUnavailableError(AmpfleetError):
 
 
 def error_response(
-    status_code: int, code: str, message: str, details: list[ErrorDetail] | None = None,
-    headers: dict[str, str] | None = None,
+    status_code: int,
+    code: str,
+    message: str,
+    details: list[ErrorDetail] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     body = ErrorEnvelope(error=ErrorBody(code=code, message=message, details=details or []))
     return JSONResponse(body.model_dump(mode="json"), status_code=status_code, headers=headers)
@@ -119,7 +123,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _database_down(_: Request, exc: OperationalError) -> JSONResponse:
         log.warning("database unavailable: %s", exc.orig)
         return error_response(
-            503, "service_unavailable", "the database is unavailable; retry shortly",
+            503,
+            "service_unavailable",
+            "the database is unavailable; retry shortly",
             headers={"Retry-After": "2"},
         )
 

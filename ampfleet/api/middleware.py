@@ -7,7 +7,7 @@ import json
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
-class _BodyTooLarge(Exception):
+class _BodyTooLargeError(Exception):
     pass
 
 
@@ -38,7 +38,7 @@ class BodySizeLimitMiddleware:
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
                     too_large = True
-                    raise _BodyTooLarge
+                    raise _BodyTooLargeError
             return message
 
         async def guarded_send(message: Message) -> None:
@@ -54,7 +54,7 @@ class BodySizeLimitMiddleware:
 
         try:
             await self.app(scope, counting_receive, guarded_send)
-        except _BodyTooLarge:
+        except _BodyTooLargeError:
             if not replaced:
                 await self._reject(send)
 

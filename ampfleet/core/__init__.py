@@ -1,1 +1,1 @@
-"""Shared kernel: settings, database, models, job spec and lifecycle. Imports nothing else of ours."""
+"""Shared kernel: settings, database, models, job spec, lifecycle. Imports nothing else of ours."""

@@ -51,9 +51,7 @@ def transition(
     # Compare-and-set on the state we read, so the event names the exact prior state; a
     # concurrent change makes the UPDATE match nothing and we look again.
     for _ in range(5):
-        row = session.execute(
-            select(Job.state, Job.attempt).where(Job.id == job_id)
-        ).one_or_none()
+        row = session.execute(select(Job.state, Job.attempt).where(Job.id == job_id)).one_or_none()
         if row is None or JobState(row.state) not in sources:
             return False
         if attempt is not None and row.attempt != attempt:
@@ -111,14 +109,24 @@ def requeue_or_fail(
     Returns the state the job ended in, or None when the attempt was already stale.
     """
     if transition(
-        session, job_id, JobState.CANCELLED, from_states={JobState.CANCELLING},
-        attempt=attempt, reason=reason, message=f"{message}; it was being cancelled",
+        session,
+        job_id,
+        JobState.CANCELLED,
+        from_states={JobState.CANCELLING},
+        attempt=attempt,
+        reason=reason,
+        message=f"{message}; it was being cancelled",
     ):
         return JobState.CANCELLED
     placed = {JobState.SCHEDULED, JobState.STARTING, JobState.RUNNING}
     if not transition(
-        session, job_id, JobState.RESTARTING, from_states=placed, attempt=attempt,
-        reason=reason, message=message,
+        session,
+        job_id,
+        JobState.RESTARTING,
+        from_states=placed,
+        attempt=attempt,
+        reason=reason,
+        message=message,
     ):
         return None
     job = session.get(Job, job_id, populate_existing=True)
@@ -126,13 +134,19 @@ def requeue_or_fail(
     max_restarts = int(job.resolved["retry"]["max_restarts"])
     if attempt <= max_restarts:
         transition(
-            session, job_id, JobState.QUEUED, from_states={JobState.RESTARTING},
+            session,
+            job_id,
+            JobState.QUEUED,
+            from_states={JobState.RESTARTING},
             reason="requeued",
             message=f"restart {attempt} of {max_restarts}; resumes from its last checkpoint",
         )
         return JobState.QUEUED
     transition(
-        session, job_id, JobState.FAILED, from_states={JobState.RESTARTING},
+        session,
+        job_id,
+        JobState.FAILED,
+        from_states={JobState.RESTARTING},
         reason="restarts_exhausted",
         message=f"{message}; no restarts left ({max_restarts} allowed)",
         failure_reason=f"{message} (gave up after {attempt} attempts)",

@@ -1,4 +1,4 @@
-"""One typed settings object, read from AMPFLEET_* environment variables (or .env) once per process."""
+"""One typed settings object, read once per process from AMPFLEET_* variables (or .env)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-DEFAULT_SECRET = "development-only-secret"
+DEFAULT_SECRET = "development-only-secret"  # noqa: S105 - refused outside development
 
 
 class Settings(BaseSettings):
@@ -18,7 +18,9 @@ class Settings(BaseSettings):
 
     environment: Literal["development", "test", "production"] = "development"
     data_dir: Path = Field(Path("var"), description="Embedded database, broker files, runs, logs.")
-    database_url: str = Field("", description="SQLAlchemy URL; empty means a SQLite file in data_dir.")
+    database_url: str = Field(
+        "", description="SQLAlchemy URL; empty means a SQLite file in data_dir."
+    )
     broker_url: str = Field("", description="Celery broker URL; empty means files in data_dir.")
     secret_key: str = DEFAULT_SECRET
 
@@ -34,7 +36,9 @@ class Settings(BaseSettings):
     node_timeout_s: float = Field(30.0, gt=0, description="A node silent this long is dead.")
 
     scheduler_poll_s: float = Field(2.0, gt=0, description="Pass interval when nobody wakes it.")
-    start_timeout_s: float = Field(120.0, gt=0, description="SCHEDULED/STARTING longer is requeued.")
+    start_timeout_s: float = Field(
+        120.0, gt=0, description="SCHEDULED/STARTING longer is requeued."
+    )
     cancel_grace_s: float = Field(5.0, ge=0, description="SIGTERM to SIGKILL delay on cancel.")
     metrics_flush_s: float = Field(0.5, gt=0, description="How often ranks' metrics reach the DB.")
 

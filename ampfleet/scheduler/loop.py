@@ -12,7 +12,9 @@ import logging
 import threading
 from datetime import timedelta
 
-from kombu import Connection, Exchange, Message, Queue
+from kombu.connection import Connection
+from kombu.entity import Exchange, Queue
+from kombu.message import Message
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
@@ -102,8 +104,13 @@ class Scheduler:
     ) -> None:
         attempt = job.attempt + 1
         if not transition(
-            session, job.id, JobState.SCHEDULED, from_states={JobState.QUEUED},
-            attempt=job.attempt, new_attempt=attempt, reason="placed",
+            session,
+            job.id,
+            JobState.SCHEDULED,
+            from_states={JobState.QUEUED},
+            attempt=job.attempt,
+            new_attempt=attempt,
+            reason="placed",
             message=f"attempt {attempt} on {', '.join(placement.node_ids)}",
             scheduled_at=utcnow(),
         ):
@@ -111,13 +118,20 @@ class Scheduler:
         for node_rank, node_id in enumerate(placement.node_ids):
             session.add(
                 Allocation(
-                    job_id=job.id, attempt=attempt, node_id=node_id, node_rank=node_rank,
+                    job_id=job.id,
+                    attempt=attempt,
+                    node_id=node_id,
+                    node_rank=node_rank,
                     slots=placement.procs_per_node,
                 )
             )
             enqueue(
-                session, queue=nodes[node_id].queue, task=START_ATTEMPT,
-                job_id=job.id, attempt=attempt, node_rank=node_rank,
+                session,
+                queue=nodes[node_id].queue,
+                task=START_ATTEMPT,
+                job_id=job.id,
+                attempt=attempt,
+                node_rank=node_rank,
             )
         session.flush()
 
@@ -131,7 +145,10 @@ class Scheduler:
         ).all()
         for job_id, attempt, node_id in {(j, a, n) for j, a, n in lost}:
             requeue_or_fail(
-                session, job_id, attempt, reason="node_lost",
+                session,
+                job_id,
+                attempt,
+                reason="node_lost",
                 message=f"node {node_id} stopped heartbeating",
             )
         start_cutoff = utcnow() - timedelta(seconds=self.settings.start_timeout_s)
@@ -142,7 +159,10 @@ class Scheduler:
         ).all()
         for job_id, attempt in stale:
             requeue_or_fail(
-                session, job_id, attempt, reason="start_timeout",
+                session,
+                job_id,
+                attempt,
+                reason="start_timeout",
                 message=f"no node started it within {self.settings.start_timeout_s:.0f}s",
             )
 

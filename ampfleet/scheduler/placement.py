@@ -42,11 +42,11 @@ def queue_order(jobs: Sequence[PendingJob]) -> list[PendingJob]:
 
 
 def fits(job: PendingJob, node: NodeCapacity) -> bool:
-    if job.accelerator != "any" and node.accelerator != job.accelerator:
+    if job.accelerator not in ("any", node.accelerator):
         return False
-    if job.gpu_type and (node.gpu_model is None or job.gpu_type.lower() not in node.gpu_model.lower()):
-        return False
-    return True
+    if not job.gpu_type:
+        return True
+    return node.gpu_model is not None and job.gpu_type.lower() in node.gpu_model.lower()
 
 
 def place(jobs: Sequence[PendingJob], nodes: Sequence[NodeCapacity]) -> list[Placement]:

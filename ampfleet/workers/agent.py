@@ -50,8 +50,11 @@ class NodeAgent:
         self.supervisor.start()
         self._heartbeat.start()
         log.info(
-            "node %s ready: %d %s slot(s) on queue %s", self.node_id, self.capacity.slots,
-            self.capacity.accelerator, self.settings.node_queue,
+            "node %s ready: %d %s slot(s) on queue %s",
+            self.node_id,
+            self.capacity.slots,
+            self.capacity.accelerator,
+            self.settings.node_queue,
         )
 
     def stop(self) -> None:
@@ -88,7 +91,10 @@ class NodeAgent:
         ).all()
         for job_id, attempt in orphans:
             requeue_or_fail(
-                session, job_id, attempt, reason="node_restarted",
+                session,
+                job_id,
+                attempt,
+                reason="node_restarted",
                 message=f"node {self.node_id} restarted while running this attempt",
             )
 
@@ -97,7 +103,8 @@ class NodeAgent:
             try:
                 with session_scope() as session:
                     result = session.execute(
-                        update(Node).where(Node.id == self.node_id)
+                        update(Node)
+                        .where(Node.id == self.node_id)
                         .values(last_heartbeat_at=utcnow())
                     )
                     if result.rowcount == 0:  # type: ignore[attr-defined]
@@ -140,13 +147,22 @@ class NodeAgent:
                 return None
             if job.state == JobState.CANCELLING:
                 transition(
-                    session, job_id, JobState.CANCELLED, from_states={JobState.CANCELLING},
-                    attempt=attempt, reason="cancelled", message="cancelled before it started",
+                    session,
+                    job_id,
+                    JobState.CANCELLED,
+                    from_states={JobState.CANCELLING},
+                    attempt=attempt,
+                    reason="cancelled",
+                    message="cancelled before it started",
                 )
                 return None
             transition(
-                session, job_id, JobState.STARTING, from_states={JobState.SCHEDULED},
-                attempt=attempt, reason="launching",
+                session,
+                job_id,
+                JobState.STARTING,
+                from_states={JobState.SCHEDULED},
+                attempt=attempt,
+                reason="launching",
                 message=f"node {self.node_id} is launching its ranks",
             )
             session.refresh(job)
@@ -160,8 +176,11 @@ class NodeAgent:
                 rendezvous = f"{self.settings.node_address}:{_free_port()}"
                 session.execute(
                     update(Allocation)
-                    .where(Allocation.job_id == job_id, Allocation.attempt == attempt,
-                           Allocation.node_rank == 0)
+                    .where(
+                        Allocation.job_id == job_id,
+                        Allocation.attempt == attempt,
+                        Allocation.node_rank == 0,
+                    )
                     .values(rendezvous=rendezvous)
                 )
             spec = job.resolved
@@ -207,7 +226,10 @@ class NodeAgent:
             time.sleep(0.2)
         with session_scope() as session:
             requeue_or_fail(
-                session, request.job_id, request.attempt, reason="rendezvous_timeout",
+                session,
+                request.job_id,
+                request.attempt,
+                reason="rendezvous_timeout",
                 message="the first node of the job never published its rendezvous endpoint",
             )
         return None

@@ -26,5 +26,6 @@ def detect_capacity(settings: Settings) -> Capacity:
             gpu_model=props.name,
             gpu_memory_mb=props.total_memory // 2**20,
         )
-    return Capacity(accelerator="cpu", slots=settings.node_cpu_slots, gpu_model=None,
-                    gpu_memory_mb=None)
+    return Capacity(
+        accelerator="cpu", slots=settings.node_cpu_slots, gpu_model=None, gpu_memory_mb=None
+    )

@@ -7,6 +7,7 @@ database in batches, enforces cancel and max runtime, and records how each attem
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -116,8 +117,12 @@ class Supervisor:
                 log.exception("could not launch %s attempt %s", request.job_id, request.attempt)
                 with session_scope() as session:
                     transition(
-                        session, request.job_id, JobState.FAILED, from_states=ACTIVE,
-                        attempt=request.attempt, reason="launch_failed",
+                        session,
+                        request.job_id,
+                        JobState.FAILED,
+                        from_states=ACTIVE,
+                        attempt=request.attempt,
+                        reason="launch_failed",
                         message=f"the node could not launch the ranks: {exc}",
                         failure_reason=f"launch failed on node {self.settings.node_name}: {exc}",
                     )
@@ -220,18 +225,29 @@ class Supervisor:
             kind = record.get("kind")
             if kind == "started":
                 transition(
-                    session, job.id, JobState.RUNNING, from_states={JobState.STARTING},
-                    attempt=request.attempt, reason="ranks_started",
+                    session,
+                    job.id,
+                    JobState.RUNNING,
+                    from_states={JobState.STARTING},
+                    attempt=request.attempt,
+                    reason="ranks_started",
                     message=_started_message(record),
-                    precision=record["precision"], allreduce_dtype=record["allreduce_dtype"],
+                    precision=record["precision"],
+                    allreduce_dtype=record["allreduce_dtype"],
                     total_steps=record["total_steps"],
                     started_at=job.started_at or utcnow(),
                 )
             elif kind == "metrics":
                 for name, value in record["values"].items():
                     metric_rows.append(
-                        {"job_id": job.id, "attempt": request.attempt, "step": record["step"],
-                         "name": name, "value": float(value), "time": utcnow()}
+                        {
+                            "job_id": job.id,
+                            "attempt": request.attempt,
+                            "step": record["step"],
+                            "name": name,
+                            "value": float(value),
+                            "time": utcnow(),
+                        }
                     )
                     latest[name] = float(value)
             elif kind == "progress":
@@ -252,28 +268,43 @@ class Supervisor:
         log.info("%s attempt %s exited with %s (%s)", job_id, number, code, attempt.stop_reason)
         if attempt.stop_reason == "cancel":
             transition(
-                session, job_id, JobState.CANCELLED, from_states={JobState.CANCELLING},
-                attempt=number, reason="cancelled", message="every rank stopped",
+                session,
+                job_id,
+                JobState.CANCELLED,
+                from_states={JobState.CANCELLING},
+                attempt=number,
+                reason="cancelled",
+                message="every rank stopped",
             )
         elif attempt.stop_reason == "timeout":
             transition(
-                session, job_id, JobState.TIMED_OUT,
+                session,
+                job_id,
+                JobState.TIMED_OUT,
                 from_states={JobState.STARTING, JobState.RUNNING, JobState.CANCELLING},
-                attempt=number, reason="max_runtime",
+                attempt=number,
+                reason="max_runtime",
                 message=f"ran longer than stop.max_runtime_s={request.max_runtime_s}",
                 failure_reason=f"exceeded max_runtime_s={request.max_runtime_s}",
             )
         elif attempt.stop_reason in ("superseded", "shutdown"):
             if attempt.stop_reason == "shutdown":
                 requeue_or_fail(
-                    session, job_id, number, reason="node_shutdown",
+                    session,
+                    job_id,
+                    number,
+                    reason="node_shutdown",
                     message=f"node {self.settings.node_name} shut down",
                 )
         elif code == 0:
             transition(
-                session, job_id, JobState.SUCCEEDED,
+                session,
+                job_id,
+                JobState.SUCCEEDED,
                 from_states={JobState.STARTING, JobState.RUNNING, JobState.CANCELLING},
-                attempt=number, reason="completed", message="training finished",
+                attempt=number,
+                reason="completed",
+                message="training finished",
             )
         else:
             self._record_failure(session, attempt, code)
@@ -286,14 +317,22 @@ class Supervisor:
             first = failures[0]
             reason = f"rank {first['rank']}: {first['type']}: {first['message']}"
             transition(
-                session, job_id, JobState.FAILED,
+                session,
+                job_id,
+                JobState.FAILED,
                 from_states={JobState.STARTING, JobState.RUNNING, JobState.CANCELLING},
-                attempt=number, reason="training_error", message=reason, failure_reason=reason,
+                attempt=number,
+                reason="training_error",
+                message=reason,
+                failure_reason=reason,
             )
             return
         # No exception was recorded: the ranks were killed (OOM killer, signal, lost peer).
         requeue_or_fail(
-            session, job_id, number, reason="ranks_lost",
+            session,
+            job_id,
+            number,
+            reason="ranks_lost",
             message=f"the ranks on node {self.settings.node_name} exited with code {code} "
             f"without an error report (killed or out of memory?)",
         )
@@ -309,8 +348,5 @@ def _started_message(record: dict[str, Any]) -> str:
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
-    except ProcessLookupError:
-        pass
-

@@ -92,8 +92,14 @@ def test_cancel_queued_job_ends_cancelled_and_is_idempotent(client: TestClient) 
 def test_cancel_running_job_goes_cancelling(client: TestClient) -> None:
     job_id = submit(client)["id"]
     with session_scope() as session:
-        assert transition(session, job_id, JobState.SCHEDULED, from_states={JobState.QUEUED},
-                          reason="test", new_attempt=1)
+        assert transition(
+            session,
+            job_id,
+            JobState.SCHEDULED,
+            from_states={JobState.QUEUED},
+            reason="test",
+            new_attempt=1,
+        )
     response = client.post(f"/v1/jobs/{job_id}/cancel")
     assert response.json()["state"] == "CANCELLING"
     assert client.post(f"/v1/jobs/{job_id}/cancel").json()["state"] == "CANCELLING"

@@ -14,7 +14,8 @@ def assert_envelope(response_json: dict, code: str) -> dict:
     assert set(response_json) == {"error"}
     error = response_json["error"]
     assert error["code"] == code
-    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["message"], str)
+    assert error["message"]
     assert isinstance(error["details"], list)
     assert "Traceback" not in json.dumps(response_json)
     return error
@@ -41,7 +42,8 @@ BAD_SPECS = [
         id="bad-hyperparameter-type",
     ),
     pytest.param(
-        job_spec(hyperparameters={"momentum": 0.9}), "hyperparameters.momentum",
+        job_spec(hyperparameters={"momentum": 0.9}),
+        "hyperparameters.momentum",
         id="unknown-hyperparameter",
     ),
     pytest.param(job_spec(name="../../etc/passwd"), "name", id="path-in-name"),
@@ -100,8 +102,9 @@ def test_too_many_hyperparameters(client: TestClient) -> None:
 
 
 def test_wrong_content_type_is_refused(client: TestClient) -> None:
-    response = client.post("/v1/jobs", content=b"recipe=digits",
-                           headers={"content-type": "text/plain"})
+    response = client.post(
+        "/v1/jobs", content=b"recipe=digits", headers={"content-type": "text/plain"}
+    )
     assert response.status_code == 422
     assert_envelope(response.json(), "validation_error")
     assert row_counts()["jobs"] == 0

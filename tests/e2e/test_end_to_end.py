@@ -39,7 +39,8 @@ def test_digits_two_ranks_bf16_to_succeeded(fleet: Fleet) -> None:
     assert done["precision"]["effective"] == "bf16"
     assert done["allreduce_dtype"]["effective"] == "bf16"
     assert done["latest_metrics"]["val_accuracy"] >= 0.9
-    assert done["started_at"] and done["finished_at"]
+    assert done["started_at"]
+    assert done["finished_at"]
 
     transitions = [e["to_state"] for e in fleet.events(job["id"]) if e["kind"] == "transition"]
     assert transitions == ["QUEUED", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED"]
@@ -56,8 +57,9 @@ def test_digits_two_ranks_bf16_to_succeeded(fleet: Fleet) -> None:
 def test_cancel_stops_every_rank(fleet: Fleet) -> None:
     job = fleet.submit(job_spec(stop={"max_steps": 5_000_000}, log_every_steps=50))
     fleet.wait_for_state(job["id"], {"RUNNING"})
-    fleet.wait_until(lambda: len(rank_processes(job["id"])) >= 3, timeout=30,
-                     what="torchrun and both ranks")
+    fleet.wait_until(
+        lambda: len(rank_processes(job["id"])) >= 3, timeout=30, what="torchrun and both ranks"
+    )
     response = fleet.http.post(f"/v1/jobs/{job['id']}/cancel")
     assert response.status_code == 202
     assert response.json()["state"] == "CANCELLING"

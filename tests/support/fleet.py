@@ -61,7 +61,10 @@ class Fleet:
         log = (self.root / f"{name}.log").open("ab")
         self.processes[name] = subprocess.Popen(
             [sys.executable, "-m", "ampfleet.cli", *args],
-            env=env or self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
+            env=env or self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.root,
         )
 
     def start_worker(self, node: str) -> None:
@@ -69,8 +72,13 @@ class Fleet:
 
     def start(self) -> Fleet:
         self.root.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "ampfleet.cli", "migrate"], env=self.env,
-                       check=True, capture_output=True, cwd=self.root)
+        subprocess.run(
+            [sys.executable, "-m", "ampfleet.cli", "migrate"],
+            env=self.env,
+            check=True,
+            capture_output=True,
+            cwd=self.root,
+        )
         self._spawn("api", ["api"])
         self._spawn("scheduler", ["scheduler"])
         for node in self.node_names:
@@ -127,9 +135,7 @@ class Fleet:
     def job(self, job_id: str) -> dict[str, Any]:
         return dict(self.http.get(f"/v1/jobs/{job_id}").json())
 
-    def wait_for_state(
-        self, job_id: str, states: set[str], timeout: float = 180
-    ) -> dict[str, Any]:
+    def wait_for_state(self, job_id: str, states: set[str], timeout: float = 180) -> dict[str, Any]:
         seen: list[str] = []
 
         def reached() -> bool:

@@ -26,16 +26,29 @@ def _start_postgres() -> None:
         version = clusters[-1].rsplit("/", 1)[-1]
         subprocess.run(
             ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start"],
-            check=False, capture_output=True,
+            check=False,
+            capture_output=True,
         )
 
 
 def _start_redis() -> None:
     if shutil.which("redis-server"):
         subprocess.run(
-            ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--port", "6379",
-             "--save", "", "--appendonly", "no"],
-            check=False, capture_output=True,
+            [
+                "redis-server",
+                "--daemonize",
+                "yes",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                "6379",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            check=False,
+            capture_output=True,
         )
 
 

@@ -127,7 +127,11 @@ def job_metrics(
     service.get(session, job_id)
     wanted = [n.strip() for n in names.split(",") if n.strip()] if names else []
     rows = repository.metrics(
-        session, job_id, names=wanted, from_step=from_step, to_step=to_step,
+        session,
+        job_id,
+        names=wanted,
+        from_step=from_step,
+        to_step=to_step,
         limit=MAX_METRIC_POINTS,
     )
     series: dict[str, list[MetricPoint]] = {}

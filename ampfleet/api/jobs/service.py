@@ -136,7 +136,11 @@ def cancel(session: Session, job_id: str) -> Job:
         ),
     ):
         if transition(
-            session, job_id, target, from_states=sources, reason="cancel_requested",
+            session,
+            job_id,
+            target,
+            from_states=sources,
+            reason="cancel_requested",
             message="cancelled by request",
         ):
             break

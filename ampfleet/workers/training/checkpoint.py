@@ -46,7 +46,9 @@ def save(directory: Path, step: int, state: dict[str, Any], *, rank: int, keep_l
     directory.mkdir(parents=True, exist_ok=True)
     _atomic_save(capture_rng(), rng_path(directory, step, rank))
     if rank == 0:
-        _atomic_save({"format": FORMAT_VERSION, "step": step, **state}, checkpoint_path(directory, step))
+        _atomic_save(
+            {"format": FORMAT_VERSION, "step": step, **state}, checkpoint_path(directory, step)
+        )
         prune(directory, keep_last)
 
 

@@ -13,17 +13,18 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed import GradBucket  # type: ignore[attr-defined]
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from ampfleet.workers.training.precision import DTYPES
 
-Hook = Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]]
+Hook = Callable[[Any, GradBucket], torch.futures.Future[torch.Tensor]]
 
 
 def compress_hook(dtype: torch.dtype) -> Hook:
     def hook(
-        process_group: dist.ProcessGroup | None, bucket: dist.GradBucket
+        process_group: dist.ProcessGroup | None, bucket: GradBucket
     ) -> torch.futures.Future[torch.Tensor]:
         group = process_group if process_group is not None else dist.group.WORLD
         buffer = bucket.buffer()
@@ -34,7 +35,7 @@ def compress_hook(dtype: torch.dtype) -> Hook:
             buffer.copy_(fut.value()[0])
             return buffer
 
-        return future.then(decompress)
+        return future.then(decompress)  # type: ignore[no-any-return]
 
     hook.__name__ = f"{dtype}_compress_hook".replace("torch.", "")
     return hook

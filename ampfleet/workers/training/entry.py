@@ -61,7 +61,8 @@ def run(run_dir: RunDir, rank: int, world_size: int, local_rank: int) -> None:
     spec = job["spec"]
     device, backend = pick_device(spec["resources"]["accelerator"], local_rank)
     dist.init_process_group(
-        backend, timeout=timedelta(seconds=job["process_group_timeout_s"]),
+        backend,
+        timeout=timedelta(seconds=job["process_group_timeout_s"]),
         device_id=device if device.type == "cuda" else None,
     )
     precision = resolve_precision(spec["precision"], device)

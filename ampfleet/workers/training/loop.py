@@ -80,10 +80,14 @@ def _micro_batches(
         epoch, skip = epoch + 1, 0
 
 
-def train(task: TrainingTask, cfg: LoopConfig, writer: RecordWriter | None) -> dict[str, float]:
+def train(  # noqa: PLR0912, PLR0915 - one readable step, top to bottom
+    task: TrainingTask, cfg: LoopConfig, writer: RecordWriter | None
+) -> dict[str, float]:
     device = cfg.device
     model = task.model.to(device)
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    ddp = DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None
+    )
     register_allreduce_dtype(ddp, cfg.allreduce_dtype, cfg.backend)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=task.learning_rate, weight_decay=task.weight_decay
@@ -91,29 +95,38 @@ def train(task: TrainingTask, cfg: LoopConfig, writer: RecordWriter | None) -> d
     scaler = make_grad_scaler(cfg.precision, device)
 
     sampler: DistributedSampler[Any] = DistributedSampler(
-        task.train_dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=True,
-        seed=cfg.seed, drop_last=True,
+        task.train_dataset,
+        num_replicas=cfg.world_size,
+        rank=cfg.rank,
+        shuffle=True,
+        seed=cfg.seed,
+        drop_last=True,
     )
     loader = DataLoader(
-        task.train_dataset, batch_size=task.batch_size, sampler=sampler, drop_last=True,
+        task.train_dataset,
+        batch_size=task.batch_size,
+        sampler=sampler,
+        drop_last=True,
         collate_fn=task.collate_fn,
     )
     if len(loader) < 1:
         raise ValueError("the training set is smaller than one batch per rank")
     accum = task.grad_accum_steps
     steps_per_epoch = max(len(loader) // accum, 1)
-    total = min(
-        cfg.max_steps or math.inf, (cfg.epochs or math.inf) * steps_per_epoch
-    )
+    total = min(cfg.max_steps or math.inf, (cfg.epochs or math.inf) * steps_per_epoch)
     total_steps = int(total)
 
     step = _resume(cfg, ddp, optimizer, scaler)
     batches = _micro_batches(loader, sampler, start=step * accum)
     if writer:
         writer.write(
-            "started", total_steps=total_steps, resumed_from_step=step,
-            precision=cfg.precision, allreduce_dtype=cfg.allreduce_dtype,
-            world_size=cfg.world_size, backend=cfg.backend,
+            "started",
+            total_steps=total_steps,
+            resumed_from_step=step,
+            precision=cfg.precision,
+            allreduce_dtype=cfg.allreduce_dtype,
+            world_size=cfg.world_size,
+            backend=cfg.backend,
         )
         writer.flush()
 
@@ -169,8 +182,11 @@ def train(task: TrainingTask, cfg: LoopConfig, writer: RecordWriter | None) -> d
                 "learning_rate": lr,
                 "grad_norm": float(grad_norm),
                 "step_time_s": step_time,
-                "samples_per_s": task.batch_size * accum * cfg.world_size
-                * task.samples_per_item / step_time,
+                "samples_per_s": task.batch_size
+                * accum
+                * cfg.world_size
+                * task.samples_per_item
+                / step_time,
                 "skipped_steps": float(skipped_steps),
             }
             if cfg.precision == "fp16":
@@ -190,7 +206,10 @@ def train(task: TrainingTask, cfg: LoopConfig, writer: RecordWriter | None) -> d
 
 
 def _report_eval(
-    task: TrainingTask, ddp: DistributedDataParallel, cfg: LoopConfig, step: int,
+    task: TrainingTask,
+    ddp: DistributedDataParallel,
+    cfg: LoopConfig,
+    step: int,
     writer: RecordWriter | None,
 ) -> dict[str, float]:
     values = evaluate(task, ddp, cfg)
@@ -231,7 +250,9 @@ def evaluate(task: TrainingTask, ddp: DistributedDataParallel, cfg: LoopConfig) 
 
 
 def _state(
-    cfg: LoopConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+    cfg: LoopConfig,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
     scaler: torch.amp.GradScaler,
 ) -> dict[str, Any]:
     return {
@@ -248,7 +269,10 @@ def _state(
 
 
 def _save(
-    cfg: LoopConfig, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+    cfg: LoopConfig,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
     scaler: torch.amp.GradScaler,
 ) -> None:
     state = _state(cfg, model, optimizer, scaler) if cfg.rank == 0 else {}
@@ -259,7 +283,9 @@ def _save(
 
 
 def _resume(
-    cfg: LoopConfig, ddp: DistributedDataParallel, optimizer: torch.optim.Optimizer,
+    cfg: LoopConfig,
+    ddp: DistributedDataParallel,
+    optimizer: torch.optim.Optimizer,
     scaler: torch.amp.GradScaler,
 ) -> int:
     path = checkpoint.latest(cfg.checkpoint_dir)

@@ -62,7 +62,7 @@ def _eval_finalize(sums: dict[str, float]) -> dict[str, float]:
     return {"val_loss": sums["loss_sum"] / count, "val_accuracy": sums["correct"] / count}
 
 
-def build(hp: DigitsHyperparameters, ctx: RecipeContext) -> TrainingTask:
+def build(hp: DigitsHyperparameters, _ctx: RecipeContext) -> TrainingTask:
     train, val = _datasets(hp.val_fraction)
     model = nn.Sequential(
         nn.Linear(64, hp.hidden),

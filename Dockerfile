@@ -1,0 +1,19 @@
+FROM python:3.11-slim
+
+# On PyPI, torch for linux/x86_64 is the CUDA build: the image runs on GPU nodes as is.
+ARG TORCH_SPEC="torch==2.13.0"
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+
+WORKDIR /app
+RUN pip install "${TORCH_SPEC}"
+COPY pyproject.toml README.md ./
+COPY ampfleet ./ampfleet
+RUN pip install . \
+    && useradd --create-home --uid 10001 ampfleet \
+    && mkdir -p /var/lib/ampfleet && chown ampfleet /var/lib/ampfleet
+
+USER ampfleet
+ENV AMPFLEET_DATA_DIR=/var/lib/ampfleet
+EXPOSE 8000
+ENTRYPOINT ["ampfleet"]
+CMD ["up"]
