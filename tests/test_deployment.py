@@ -57,6 +57,9 @@ def test_docker_compose_config_validates() -> None:
     env = {**os.environ, "POSTGRES_PASSWORD": "x", "AMPFLEET_SECRET_KEY": "y"}
     result = subprocess.run(
         ["docker", "compose", "-f", str(COMPOSE), "config", "--quiet"],
-        capture_output=True, text=True, env=env, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
