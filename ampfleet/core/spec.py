@@ -89,7 +89,7 @@ class JobSpec(_Strict):
     labels: dict[SafeName, LabelValue] = Field(default_factory=dict, max_length=64)
     seed: int = Field(0, ge=0, le=2**31 - 1)
     eval_every_steps: int = Field(0, ge=0, description="0 evaluates only at the end.")
-    log_every_steps: int = Field(1, ge=1)
+    log_every_steps: int = Field(10, ge=1, description="Metrics every N steps.")
 
     @model_validator(mode="after")
     def _bounded_hyperparameters(self) -> JobSpec:

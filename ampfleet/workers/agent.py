@@ -184,7 +184,7 @@ class NodeAgent:
                     .values(rendezvous=rendezvous)
                 )
             spec = job.resolved
-            run_dir = RunDir.for_attempt(self.settings.runs_dir, job_id, attempt)
+            run_dir = RunDir.for_attempt(self.settings.runs_dir, job_id, attempt, node_rank)
             run_dir.path.mkdir(parents=True, exist_ok=True)
             run_dir.job_file.write_text(
                 json.dumps(

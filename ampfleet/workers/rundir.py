@@ -1,6 +1,6 @@
 """The folder one attempt runs in: how the node agent and the rank processes talk.
 
-    <runs>/<job_id>/attempt-<n>/
+    <runs>/<job_id>/attempt-<n>/node-<node rank>/
         job.json            what to run (written by the agent before launch)
         events.jsonl        rank 0's records: started, metric, progress, event (appended)
         failure-rank<r>.json  why a rank failed, in words a user can act on
@@ -24,8 +24,9 @@ class RunDir:
     path: Path
 
     @classmethod
-    def for_attempt(cls, runs_root: Path, job_id: str, attempt: int) -> RunDir:
-        return cls(runs_root / job_id / f"attempt-{attempt}")
+    def for_attempt(cls, runs_root: Path, job_id: str, attempt: int, node_rank: int) -> RunDir:
+        """One folder per node of the attempt: nodes may share a file system."""
+        return cls(runs_root / job_id / f"attempt-{attempt}" / f"node-{node_rank}")
 
     @property
     def job_file(self) -> Path:

@@ -255,6 +255,9 @@ class Supervisor:
                 job.total_steps = int(record["total_steps"])
             elif kind == "event":
                 record_event(session, job, record["reason"], record["message"])
+            elif kind == "setup":
+                job.precision = record["precision"]
+                job.allreduce_dtype = record["allreduce_dtype"]
         if metric_rows:
             session.execute(insert(Metric), metric_rows)  # one multi-row INSERT per batch
             job.latest_metrics = latest

@@ -27,6 +27,7 @@ def test_digits_two_ranks_bf16_to_succeeded(fleet: Fleet) -> None:
         name="digits-e2e",
         stop={"max_steps": 200},
         eval_every_steps=50,
+        log_every_steps=1,
         precision="bf16",
         allreduce_dtype="bf16",
     )

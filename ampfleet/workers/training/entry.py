@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from ampfleet.core.recipes import get_recipe
 from ampfleet.workers.rundir import RecordWriter, RunDir
-from ampfleet.workers.training.loop import LoopConfig, train
+from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.precision import resolve_allreduce_dtype, resolve_precision
 from ampfleet.workers.training.task import RecipeContext
 
@@ -80,6 +80,8 @@ def run(run_dir: RunDir, rank: int, world_size: int, local_rank: int) -> None:
     config = LoopConfig(
         max_steps=spec["stop"]["max_steps"],
         epochs=spec["stop"]["epochs"],
+        requested_precision=spec["precision"],
+        requested_allreduce_dtype=spec["allreduce_dtype"],
         precision=precision,
         allreduce_dtype=allreduce_dtype,
         backend=backend,
@@ -95,7 +97,7 @@ def run(run_dir: RunDir, rank: int, world_size: int, local_rank: int) -> None:
     )
     writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
     try:
-        train(task, config, writer)
+        Trainer(task, config, writer).run()
         if writer:
             writer.write("finished")
     finally:

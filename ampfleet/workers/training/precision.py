@@ -1,4 +1,5 @@
-"""Choosing the compute precision and the matching autocast/GradScaler setup."""
+"""Choosing the compute precision, falling back when it misbehaves, and the matching
+autocast/GradScaler setup."""
 
 from __future__ import annotations
 
@@ -22,14 +23,19 @@ def cpu_supports_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def supports_bf16(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device)[0] >= 8
+    return cpu_supports_bf16()
+
+
 def resolve_precision(requested: str, device: torch.device) -> str:
     """`auto`: bf16 where the hardware has it, fp16 on older CUDA, fp32 otherwise."""
     if requested != "auto":
         return requested
-    if device.type == "cuda":
-        major, _ = torch.cuda.get_device_capability(device)
-        return "bf16" if major >= 8 else "fp16"
-    return "bf16" if cpu_supports_bf16() else "fp32"
+    if supports_bf16(device):
+        return "bf16"
+    return "fp16" if device.type == "cuda" else "fp32"
 
 
 def resolve_allreduce_dtype(requested: str, precision: str, backend: str) -> str:
@@ -40,6 +46,15 @@ def resolve_allreduce_dtype(requested: str, precision: str, backend: str) -> str
     if precision == "fp32":
         return "fp32"
     return "bf16" if backend == "gloo" else precision
+
+
+def next_precision(current: str, device: torch.device) -> str | None:
+    """The fallback chain fp16 -> bf16 -> fp32, skipping bf16 where the hardware lacks it."""
+    if current == "fp16":
+        return "bf16" if supports_bf16(device) else "fp32"
+    if current == "bf16":
+        return "fp32"
+    return None
 
 
 @contextlib.contextmanager

@@ -1,0 +1,1 @@
+"""Model architectures shared by the built-in recipes."""

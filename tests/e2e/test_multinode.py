@@ -1,0 +1,37 @@
+"""One job spanning two worker processes that act as two nodes (own queues, own node ids),
+rendezvousing through torchrun's c10d backend on the first allocated node."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.factories import job_spec
+from tests.support.fleet import rank_processes
+
+pytestmark = pytest.mark.e2e
+
+
+def test_two_node_gloo_job_end_to_end(make_fleet) -> None:
+    fleet = make_fleet("postgres+redis", nodes=("node-a", "node-b"), cpu_slots=1)
+    spec = job_spec(
+        resources={"nodes": 2, "procs_per_node": 1},
+        stop={"max_steps": 150},
+        eval_every_steps=50,
+        precision="bf16",
+        allreduce_dtype="bf16",
+    )
+    job = fleet.submit(spec)
+    running = fleet.wait_for_state(job["id"], {"RUNNING", "SUCCEEDED"})
+    placed = [e for e in fleet.events(job["id"]) if e["to_state"] == "SCHEDULED"]
+    assert "node-a" in placed[0]["message"]
+    assert "node-b" in placed[0]["message"]
+    if running["state"] == "RUNNING":
+        nodes = {n["id"]: n for n in fleet.http.get("/v1/nodes").json()["items"]}
+        assert nodes["node-a"]["used_slots"] == nodes["node-b"]["used_slots"] == 1
+
+    done = fleet.wait_for_state(job["id"], {"SUCCEEDED"})
+    assert done["latest_metrics"]["val_accuracy"] >= 0.9
+    started = [e for e in fleet.events(job["id"]) if e["to_state"] == "RUNNING"]
+    assert started[0]["message"].startswith("2 ranks on gloo")
+    assert rank_processes(job["id"]) == []
+    assert all(n["used_slots"] == 0 for n in fleet.http.get("/v1/nodes").json()["items"])

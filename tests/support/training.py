@@ -1,0 +1,105 @@
+"""Run the real Trainer on spawned gloo ranks with a recipe whose loss can be rigged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ampfleet.core.recipes import get_recipe
+from ampfleet.workers.rundir import RecordReader, RecordWriter
+from ampfleet.workers.training.loop import LoopConfig, Trainer
+from ampfleet.workers.training.task import RecipeContext
+
+
+class RiggedLoss:
+    """Counts loss calls (one per step without accumulation) and rigs chosen ones."""
+
+    def __init__(
+        self, inner: Any, *, inf_calls: range | None = None, crash_call: int | None = None
+    ) -> None:
+        self.inner = inner
+        self.inf_calls = inf_calls or range(0)
+        self.crash_call = crash_call
+        self.calls = 0
+
+    def __call__(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        call = self.calls
+        self.calls += 1
+        if call == self.crash_call:
+            raise RuntimeError(f"injected crash at loss call {call}")
+        loss: torch.Tensor = self.inner(model, batch)
+        return loss * float("inf") if call in self.inf_calls else loss
+
+
+def train_recipe(
+    rank: int,
+    world_size: int,
+    out_dir: str,
+    *,
+    recipe: str = "digits",
+    eval_every: int = 0,
+    precision: str,
+    requested_precision: str | None = None,
+    allreduce_dtype: str = "fp32",
+    max_steps: int = 30,
+    checkpoint_every: int = 0,
+    inf_calls: tuple[int, int] | None = None,
+    crash_call: int | None = None,
+    hyperparameters: dict[str, Any] | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """One rank's run; rank 0's records land in out_dir/events.jsonl."""
+    torch.manual_seed(seed)
+    definition = get_recipe(recipe)
+    task = definition.build(
+        definition.hyperparameters(**(hyperparameters or {})),
+        RecipeContext(rank, world_size, torch.device("cpu"), seed),
+    )
+    task.loss = RiggedLoss(
+        task.loss, inf_calls=range(*inf_calls) if inf_calls else None, crash_call=crash_call
+    )
+    torch.manual_seed(seed + rank)
+    cfg = LoopConfig(
+        max_steps=max_steps,
+        epochs=None,
+        requested_precision=requested_precision or precision,
+        requested_allreduce_dtype=allreduce_dtype,
+        precision=precision,
+        allreduce_dtype=allreduce_dtype,
+        backend="gloo",
+        device=torch.device("cpu"),
+        rank=rank,
+        world_size=world_size,
+        seed=seed,
+        eval_every_steps=eval_every,
+        log_every_steps=1,
+        checkpoint_every_steps=checkpoint_every,
+        keep_last_checkpoints=3,
+        checkpoint_dir=Path(out_dir) / "checkpoints",
+    )
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    writer = RecordWriter(Path(out_dir) / "events.jsonl", 0.0) if rank == 0 else None
+    try:
+        return Trainer(task, cfg, writer).run()
+    finally:
+        if writer:
+            writer.close()
+
+
+def records(out_dir: Path) -> list[dict[str, Any]]:
+    return RecordReader(out_dir / "events.jsonl").read_new()
+
+
+def losses(out_dir: Path) -> dict[int, float]:
+    return {
+        r["step"]: r["values"]["loss"]
+        for r in records(out_dir)
+        if r["kind"] == "metrics" and "loss" in r["values"]
+    }
+
+
+def dump(value: Any) -> str:
+    return json.dumps(value, indent=1, default=str)
