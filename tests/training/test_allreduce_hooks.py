@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ampfleet.workers.training.allreduce import AllReduceState, attach
-from tests.support.dist import run_ranks
+from ampfleet.workers.training.localranks import run_ranks
 
 UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 5e-4}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

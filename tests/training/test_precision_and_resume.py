@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.dist import run_ranks
+from ampfleet.workers.training.localranks import RankFailedError, run_ranks
 from tests.support.training import dump, losses, records, train_recipe
 
 
@@ -53,7 +53,7 @@ def test_auto_falls_back_from_fp16_on_repeated_overflow(tmp_path: Path) -> None:
 
 
 def test_explicit_fp16_that_keeps_overflowing_fails_with_advice(tmp_path: Path) -> None:
-    with pytest.raises(AssertionError, match="use precision 'auto' or 'bf16'"):
+    with pytest.raises(RankFailedError, match="use precision 'auto' or 'bf16'"):
         _ranks(tmp_path, precision="fp16", max_steps=40, inf_calls=(3, 40))
 
 
@@ -66,7 +66,7 @@ def test_resume_continues_the_same_loss_sequence(tmp_path: Path) -> None:
         "checkpoint_every": 10,
     }
     _ranks(straight, **settings)
-    with pytest.raises(AssertionError, match="injected crash"):
+    with pytest.raises(RankFailedError, match="injected crash"):
         _ranks(crashed, **settings, crash_call=25)
     _ranks(crashed, **settings)
     started = [r for r in records(crashed) if r["kind"] == "started"]

@@ -30,7 +30,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from ampfleet.workers.training.precision import DTYPES
-from ampfleet.workers.training.ring import CommThread, ring_all_reduce_
+from ampfleet.workers.training.ring import CommThread, Workspace, ring_average_
 
 
 @dataclass
@@ -45,6 +45,7 @@ class AllReduceState:
     last_relative_error: float | None = None
     switch_reason: str | None = None
     """Set once, when the guard switched this job to fp32."""
+    workspace: Workspace = field(default_factory=Workspace, repr=False)
     _comm_thread: CommThread | None = field(default=None, repr=False)
 
     def begin_step(self, step: int) -> None:
@@ -84,15 +85,17 @@ class AllReduceState:
 def compressed_all_reduce_(
     buffer: torch.Tensor,
     dtype: torch.dtype,
+    *,
+    workspace: Workspace | None = None,
+    key: int = 0,
     reference: torch.Tensor | None = None,
     state: AllReduceState | None = None,
 ) -> torch.Tensor:
-    """Average `buffer` over the world through a `dtype` wire, in place (gloo path)."""
-    world_size = dist.get_world_size()
+    """Average `buffer` over the world through a `dtype` wire, in place (the gloo path);
+    with a `reference`, reduce it in fp32 too and let the guard compare the two."""
     if reference is not None:
         dist.all_reduce(reference)
-    wire = ring_all_reduce_(buffer.div(world_size).to(dtype))
-    buffer.copy_(wire)
+    ring_average_(buffer, dtype, workspace or Workspace(), key)
     if reference is not None and state is not None:
         state.check_guard(buffer, reference)
     return buffer
@@ -113,9 +116,16 @@ def allreduce_hook(state: AllReduceState, bucket: GradBucket) -> torch.futures.F
     checking = state.guard_every > 0 and bucket.index() == 0 and state.step % state.guard_every == 0
     reference = buffer.div(world_size) if checking else None
     if state.backend != "nccl":
-        dtype = state.dtype
+        dtype, index = state.dtype, bucket.index()
         return state.comm_thread.submit(
-            lambda: compressed_all_reduce_(buffer, dtype, reference, state)
+            lambda: compressed_all_reduce_(
+                buffer,
+                dtype,
+                workspace=state.workspace,
+                key=index,
+                reference=reference,
+                state=state,
+            )
         )
     if reference is not None:
         dist.all_reduce(reference)  # NCCL orders this on the stream before the compressed one

@@ -149,7 +149,7 @@ class Trainer:
 
     def _run(self) -> dict[str, float]:
         self.step = self._resume()
-        self.batches = self._micro_batches(start=self.step * self.task.grad_accum_steps)
+        self.batches = self.micro_batches(start=self.step * self.task.grad_accum_steps)
         if self._may_fall_back() and checkpoint.latest(self.cfg.checkpoint_dir) is None:
             self._save()  # the "last good" point a precision fallback returns to
         self._record(
@@ -306,7 +306,7 @@ class Trainer:
         # The last good checkpoint, from before the streak of non-finite steps began (none
         # is written inside a streak, and one exists from step 0 on: see `_run`).
         self.step = self._resume()
-        self.batches = self._micro_batches(start=self.step * self.task.grad_accum_steps)
+        self.batches = self.micro_batches(start=self.step * self.task.grad_accum_steps)
         self._record(
             "event",
             reason="precision_fallback",
@@ -320,7 +320,7 @@ class Trainer:
 
     # -- data, evaluation, checkpoints ----------------------------------------------------
 
-    def _micro_batches(self, start: int) -> Iterator[Batch]:
+    def micro_batches(self, start: int) -> Iterator[Batch]:
         """Endless micro-batches over epochs, starting after `start` consumed ones."""
         per_epoch = len(self.loader)
         epoch, skip = divmod(start, per_epoch)

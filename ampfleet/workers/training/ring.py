@@ -1,13 +1,15 @@
-"""A ring AllReduce for half-precision tensors on gloo, run on one communication thread.
+"""A ring AllReduce through a half-precision wire, for gloo, on one communication thread.
 
-gloo sums fp16 element by element in software: an fp16 all_reduce costs as much as fp32
-although it moves half the bytes. Here gloo only moves bytes (isend/irecv) and torch's
-vectorised CPU kernels do the additions: reduce-scatter around the ring, then all-gather,
-2 (n-1)/n of the tensor sent per rank, as in any ring AllReduce.
+gloo sums fp16 element by element in software, and even its bf16 all_reduce gains little
+over fp32 on a CPU host. Here gloo only moves bytes (isend/irecv) and torch's vectorised
+kernels do the arithmetic: reduce-scatter around the ring, then all-gather, 2 (n-1)/n of
+the tensor sent per rank as in any ring AllReduce. Casting into the wire and back out is
+interleaved with the transfers: each chunk is compressed just before it is first needed
+and decompressed as soon as it is final, while the next message is in flight.
 
 DDP calls communication hooks on its autograd thread and waits on the returned futures at
-the end of backward. Ring steps are blocking, so they run on one dedicated thread, in the
-order the hooks were called (the same order on every rank, which keeps the point-to-point
+the end of backward. Ring steps block, so they run on one dedicated thread, in the order
+the hooks were called (the same order on every rank, which keeps the point-to-point
 messages matched), and backward goes on computing meanwhile.
 """
 
@@ -25,41 +27,82 @@ import torch.distributed as dist
 MIN_RING_ELEMENTS_PER_RANK = 4096
 
 
-def ring_all_reduce_(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
-    """Sum `tensor` over the group in place, in its own dtype; returns it."""
-    world_size = dist.get_world_size(group)
+class Workspace:
+    """Buffers kept from step to step. A fresh multi-MiB tensor is fresh pages from the OS,
+    and faulting them in costs about as much as sending them over loopback."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[str, int], torch.Tensor] = {}
+
+    def get(self, name: str, key: int, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        buffer = self._buffers.get((name, key))
+        if buffer is None or buffer.numel() < numel or buffer.dtype != dtype:
+            buffer = torch.empty(numel, dtype=dtype)
+            self._buffers[(name, key)] = buffer
+        return buffer[:numel]
+
+
+def ring_average_(
+    buffer: torch.Tensor, dtype: torch.dtype, workspace: Workspace, key: int = 0
+) -> torch.Tensor:
+    """Average the fp32 `buffer` over the default group through a `dtype` wire, in place.
+
+    Each chunk is divided by the world size, then cast to the wire, before any sum: an
+    fp16 sum cannot overflow, and small fp16 values keep their precision.
+    """
+    world_size = dist.get_world_size()
     if world_size == 1:
-        return tensor
-    if tensor.numel() < world_size * MIN_RING_ELEMENTS_PER_RANK:
-        reduced = tensor.float()
-        dist.all_reduce(reduced, group=group)
-        return tensor.copy_(reduced)
-    rank = dist.get_rank(group)
-    peers = dist.get_process_group_ranks(group) if group is not None else list(range(world_size))
-    send_to = peers[(rank + 1) % world_size]
-    receive_from = peers[(rank - 1) % world_size]
-    chunks = list(tensor.tensor_split(world_size))
+        return buffer
+    if buffer.numel() < world_size * MIN_RING_ELEMENTS_PER_RANK:
+        buffer.div_(world_size)
+        dist.all_reduce(buffer)
+        return buffer
+    rank = dist.get_rank()
+    send_to, receive_from = (rank + 1) % world_size, (rank - 1) % world_size
+    wire = workspace.get("wire", key, buffer.numel(), dtype)
+    source = buffer.tensor_split(world_size)
+    chunks = wire.tensor_split(world_size)
+    scratch = workspace.get("scratch", key, chunks[0].numel(), dtype)
+    compressed = [False] * world_size
 
-    # Reduce-scatter: after n-1 steps this rank holds the full sum of chunk rank+1.
+    def compress(index: int) -> None:
+        if not compressed[index]:
+            # Divide in fp32, then cast: dividing fp16 values would push small gradients
+            # into its subnormal range. The bucket chunk is overwritten with the result.
+            chunks[index].copy_(source[index].div_(world_size))
+            compressed[index] = True
+
+    # Reduce-scatter: after n-1 steps this rank holds the whole sum of chunk rank+1.
+    compress(rank)
     for step in range(world_size - 1):
-        outgoing = chunks[(rank - step) % world_size]
-        target = chunks[(rank - step - 1) % world_size]
-        incoming = torch.empty_like(target)
-        _exchange(outgoing, send_to, incoming, receive_from)
-        target.add_(incoming)
+        outgoing, incoming = (rank - step) % world_size, (rank - step - 1) % world_size
+        received = scratch[: chunks[incoming].numel()]
+        works = _start_exchange(chunks[outgoing], send_to, received, receive_from)
+        compress(incoming)  # overlaps the transfer
+        _wait(works)
+        chunks[incoming].add_(received)
 
-    # All-gather: pass the finished chunks around the ring.
+    # All-gather: pass the finished chunks around; copy each out as soon as it is final.
     for step in range(world_size - 1):
-        outgoing = chunks[(rank + 1 - step) % world_size]
-        _exchange(outgoing, send_to, chunks[(rank - step) % world_size], receive_from)
-    return tensor
+        outgoing, incoming = (rank + 1 - step) % world_size, (rank - step) % world_size
+        works = _start_exchange(chunks[outgoing], send_to, chunks[incoming], receive_from)
+        source[outgoing].copy_(chunks[outgoing])  # overlaps the transfer
+        _wait(works)
+    last = (rank + 2 - world_size) % world_size
+    source[last].copy_(chunks[last])
+    return buffer
 
 
-def _exchange(
+def _start_exchange(
     outgoing: torch.Tensor, send_to: int, incoming: torch.Tensor, receive_from: int
-) -> None:
-    for work in (dist.isend(outgoing, send_to), dist.irecv(incoming, receive_from)):
-        assert work is not None  # None only for ranks outside the group
+) -> list[dist.Work]:
+    works = [dist.isend(outgoing, send_to), dist.irecv(incoming, receive_from)]
+    assert all(w is not None for w in works)  # None only for ranks outside the group
+    return works  # type: ignore[return-value]
+
+
+def _wait(works: list[dist.Work]) -> None:
+    for work in works:
         work.wait()
 
 

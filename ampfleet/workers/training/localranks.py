@@ -1,0 +1,74 @@
+"""Run a function on N local gloo ranks (separate processes) and collect what each returns.
+
+For benchmarks and tests that exercise the real training pieces on real process groups
+without the platform around them; jobs themselves are launched by torchrun (workers/launch.py).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.multiprocessing import spawn  # type: ignore[attr-defined]
+
+
+class RankFailedError(RuntimeError):
+    pass
+
+
+def _worker(  # noqa: PLR0917 - spawn passes arguments positionally
+    rank: int,
+    world_size: int,
+    init_file: str,
+    out_dir: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    timeout_s: float,
+) -> None:
+    # Share the cores between the ranks: oversubscribed intra-op threads spin against
+    # gloo's own threads and distort every timing.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    # A bounded timeout: a desynchronised collective fails instead of hanging.
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{init_file}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    try:
+        result: Any = ("ok", fn(rank, world_size, *args))
+    except Exception as exc:
+        result = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    finally:
+        dist.destroy_process_group()
+    # torch.save + weights_only loading, not pickle: results are tensors, numbers, strings.
+    torch.save(result, Path(out_dir) / f"rank{rank}.pt")
+
+
+def run_ranks(
+    fn: Callable[..., Any], world_size: int = 2, *args: Any, timeout_s: float = 120.0
+) -> list[Any]:
+    """`fn(rank, world_size, *args)` on each rank; returns the results in rank order."""
+    with tempfile.TemporaryDirectory() as tmp:
+        init_file = str(Path(tmp) / "init")
+        spawn(
+            _worker,
+            args=(world_size, init_file, tmp, fn, args, timeout_s),
+            nprocs=world_size,
+            join=True,
+        )
+        results = []
+        for rank in range(world_size):
+            status, value = torch.load(Path(tmp) / f"rank{rank}.pt", weights_only=True)
+            if status != "ok":
+                raise RankFailedError(f"rank {rank} failed: {value}")
+            results.append(value)
+        return results

@@ -1,0 +1,166 @@
+"""DDP training steps/s of `gpt-bench` under each precision setup, side by side in one run.
+
+    python -m bench.step                  # CPU: 2 gloo ranks, 23M-parameter GPT
+    python -m bench.step --gpu            # one CUDA device, 135M-parameter GPT
+
+CPU modes: fp32 | bf16 autocast (fp32 AllReduce) | bf16 autocast + bf16 AllReduce.
+GPU modes: fp32 with TF32 off | bf16 | fp16 (GradScaler), with model FLOP utilisation.
+Figures are medians over `--runs` interleaved rounds of `--steps` timed steps each (after
+`--warmup` untimed ones), all through ampfleet's own Trainer (autocast, hooks, DDP).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ampfleet.workers.training.localranks import run_ranks
+from ampfleet.workers.training.loop import LoopConfig, Trainer
+from ampfleet.workers.training.recipes.gpt_bench import GPTBenchHyperparameters, build
+from ampfleet.workers.training.task import RecipeContext
+
+CPU_MODEL = {
+    "d_model": 512,
+    "n_layers": 6,
+    "n_heads": 8,
+    "vocab_size": 8192,
+    "block_size": 128,
+    "batch_size": 8,
+}
+GPU_MODEL = {
+    "d_model": 1024,
+    "n_layers": 8,
+    "n_heads": 16,
+    "vocab_size": 32768,
+    "block_size": 1024,
+    "batch_size": 8,
+}
+CPU_MODES = [("fp32", "fp32"), ("bf16", "fp32"), ("bf16", "bf16")]
+GPU_MODES = [("fp32", "fp32"), ("bf16", "bf16"), ("fp16", "fp16")]
+H200_BF16_PEAK_FLOPS = 989e12  # dense bf16, vendor datasheet (SXM)
+
+
+def _steps(
+    rank: int,
+    world_size: int,
+    precision: str,
+    allreduce: str,
+    model: dict[str, Any],
+    steps: int,
+    warmup: int,
+    cuda: bool,
+) -> dict[str, float]:
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32
+        torch.backends.cudnn.allow_tf32 = False
+    else:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    torch.manual_seed(0)
+    task = build(
+        GPTBenchHyperparameters(**model, eval_batches=1), RecipeContext(rank, world_size, device, 0)
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = LoopConfig(
+            max_steps=steps + warmup,
+            epochs=None,
+            requested_precision=precision,
+            requested_allreduce_dtype=allreduce,
+            precision=precision,
+            allreduce_dtype=allreduce,
+            backend="nccl" if cuda else "gloo",
+            device=device,
+            rank=rank,
+            world_size=world_size,
+            seed=0,
+            eval_every_steps=0,
+            log_every_steps=1,
+            checkpoint_every_steps=0,
+            keep_last_checkpoints=1,
+            checkpoint_dir=Path(tmp),
+            guard_every_steps=0,
+        )
+        trainer = Trainer(task, cfg, writer=None)
+        trainer.batches = trainer.micro_batches(start=0)
+        try:
+            times = [trainer.step_once()["step_time_s"] for _ in range(steps + warmup)][warmup:]
+        finally:
+            trainer.comm.close()
+    gpt = task.model
+    tokens = model["batch_size"] * model["block_size"] * world_size
+    return {
+        "step_s": statistics.median(times),
+        "flops_per_step": gpt.flops_per_token() * tokens,  # type: ignore[operator]
+        "parameters": float(gpt.num_parameters()),  # type: ignore[operator]
+    }
+
+
+def _run_cuda(
+    precision: str, allreduce: str, model: dict[str, Any], steps: int, warmup: int
+) -> dict[str, float]:
+    import torch.distributed as dist
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("nccl", init_method=f"file://{tmp}/init", rank=0, world_size=1)
+        try:
+            return _steps(0, 1, precision, allreduce, model, steps, warmup, cuda=True)
+        finally:
+            dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", action="store_true")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    modes = GPU_MODES if args.gpu else CPU_MODES
+    model = GPU_MODEL if args.gpu else CPU_MODEL
+    results: dict[tuple[str, str], list[dict[str, float]]] = {m: [] for m in modes}
+    for _ in range(args.runs):
+        for precision, allreduce in modes:
+            if args.gpu:
+                result = _run_cuda(precision, allreduce, model, args.steps, args.warmup)
+            else:
+                result = run_ranks(
+                    _steps,
+                    2,
+                    precision,
+                    allreduce,
+                    model,
+                    args.steps,
+                    args.warmup,
+                    False,
+                    timeout_s=600,
+                )[0]
+            results[(precision, allreduce)].append(result)
+
+    first = results[modes[0]][0]
+    where = torch.cuda.get_device_name() if args.gpu else "CPU, 2 gloo ranks"
+    print(
+        f"gpt-bench {first['parameters'] / 1e6:.1f}M parameters on {where}; "
+        f"median of {args.runs} runs x {args.steps} steps"
+    )
+    baseline = statistics.median(r["step_s"] for r in results[modes[0]])
+    print(
+        f"{'compute':>8} {'allreduce':>9} {'steps/s':>8} {'vs fp32':>8}"
+        + ("  MFU(bf16 peak)" if args.gpu else "")
+    )
+    for mode in modes:
+        step_s = statistics.median(r["step_s"] for r in results[mode])
+        line = f"{mode[0]:>8} {mode[1]:>9} {1 / step_s:>8.3f} {baseline / step_s:>7.2f}x"
+        if args.gpu:
+            line += f"  {first['flops_per_step'] / step_s / H200_BF16_PEAK_FLOPS:>8.1%}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
