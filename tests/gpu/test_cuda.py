@@ -1,0 +1,119 @@
+"""CUDA checks: NCCL compress hooks, fp16 with GradScaler, `auto` precision, a full Trainer
+run. Marked `gpu`: skipped where no CUDA device exists. Self-contained (no service
+fixtures), so it also runs with `pytest --noconftest` on a bare GPU host."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from ampfleet.workers.rundir import RecordReader, RecordWriter
+from ampfleet.workers.training.allreduce import AllReduceState, attach
+from ampfleet.workers.training.loop import LoopConfig, Trainer
+from ampfleet.workers.training.precision import resolve_allreduce_dtype, resolve_precision
+from ampfleet.workers.training.recipes.digits import DigitsHyperparameters, build
+from ampfleet.workers.training.task import RecipeContext
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def nccl() -> Iterator[torch.device]:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("nccl", init_method=f"file://{tmp}/init", rank=0,
+                                world_size=1, device_id=device)
+        yield device
+        dist.destroy_process_group()
+
+
+def test_auto_precision_on_this_gpu(nccl: torch.device) -> None:
+    major, _ = torch.cuda.get_device_capability(nccl)
+    expected = "bf16" if major >= 8 else "fp16"
+    assert resolve_precision("auto", nccl) == expected
+    assert resolve_allreduce_dtype("auto", expected, "nccl") == expected
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_nccl_builtin_compress_hooks_with_guard(nccl: torch.device, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512)).to(nccl)
+    reference = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512)).to(nccl)
+    reference.load_state_dict(model.state_dict())
+    ddp = DistributedDataParallel(model, device_ids=[0])
+    state = AllReduceState(dtype=dtype, backend="nccl", guard_every=1, guard_threshold=1e-2)
+    attach(ddp, state)
+    batch = torch.randn(64, 512, device=nccl)
+    state.begin_step(0)
+    ddp(batch).pow(2).mean().backward()
+    reference(batch).pow(2).mean().backward()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+    expected = torch.cat([p.grad.flatten() for p in reference.parameters()])
+    error = float((grads - expected).norm() / expected.norm())
+    assert error <= 2.0**-8
+    assert state.last_relative_error is not None
+    assert state.last_relative_error <= 2.0**-8
+    fp32_bytes = sum(p.numel() * 4 for p in model.parameters())
+    assert state.bytes_this_step * 2 == fp32_bytes
+
+
+def _trainer(device: torch.device, precision: str, out: Path, steps: int) -> Trainer:
+    torch.manual_seed(0)
+    task = build(DigitsHyperparameters(), RecipeContext(0, 1, device, 0))
+    cfg = LoopConfig(
+        max_steps=steps, epochs=None, requested_precision=precision,
+        requested_allreduce_dtype="auto", precision=resolve_precision(precision, device),
+        allreduce_dtype=resolve_allreduce_dtype("auto", resolve_precision(precision, device),
+                                                "nccl"),
+        backend="nccl", device=device, rank=0, world_size=1, seed=0, eval_every_steps=0,
+        log_every_steps=1, checkpoint_every_steps=0, keep_last_checkpoints=1,
+        checkpoint_dir=out / "checkpoints",
+    )
+    return Trainer(task, cfg, RecordWriter(out / "events.jsonl", 0.0))
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "auto"])
+def test_trainer_on_cuda_reaches_accuracy(nccl: torch.device, precision: str,
+                                          tmp_path: Path) -> None:
+    trainer = _trainer(nccl, precision, tmp_path, steps=200)
+    result = trainer.run()
+    trainer.writer.close()  # type: ignore[union-attr]
+    assert result["val_accuracy"] >= 0.9
+    records = RecordReader(tmp_path / "events.jsonl").read_new()
+    metrics = [r["values"] for r in records if r["kind"] == "metrics" and "loss" in r["values"]]
+    assert {"time_forward_s", "time_backward_s", "time_optimizer_s", "allreduce_bytes"} <= set(
+        metrics[-1]
+    )
+    if trainer.precision == "fp16":
+        assert metrics[-1]["loss_scale"] > 0
+
+
+def test_fp16_grad_scaler_skips_an_inf_step_on_cuda(nccl: torch.device, tmp_path: Path) -> None:
+    trainer = _trainer(nccl, "fp16", tmp_path, steps=8)
+    inner = trainer.task.loss
+    calls = {"n": 0}
+
+    def rigged(model: nn.Module, batch: object) -> torch.Tensor:
+        calls["n"] += 1
+        loss = inner(model, batch)
+        return loss * float("inf") if calls["n"] == 4 else loss
+
+    trainer.task.loss = rigged
+    trainer.run()
+    trainer.writer.close()  # type: ignore[union-attr]
+    records = RecordReader(tmp_path / "events.jsonl").read_new()
+    by_step = {r["step"]: r["values"] for r in records if r["kind"] == "metrics"
+               and "loss" in r["values"]}
+    assert by_step[3]["skipped_steps"] == 0
+    assert by_step[4]["skipped_steps"] == 1
+    assert by_step[4]["loss_scale"] == by_step[3]["loss_scale"] / 2
