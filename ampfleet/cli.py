@@ -27,6 +27,50 @@ def migrate() -> None:
     typer.echo("database is at the latest revision")
 
 
+@app.command("bootstrap-key")
+def bootstrap_key(
+    project: str = typer.Option("default", help="Project the key belongs to."),
+    role: str = typer.Option("admin", help="admin, write or read."),
+    name: str = typer.Option("bootstrap", help="A label for the key."),
+) -> None:
+    """Create an API key directly in the database and print it (first admin key, scripts)."""
+    from ampfleet.core.db import session_scope
+    from ampfleet.core.keys import Role, create_key
+
+    with session_scope() as session:
+        _, key = create_key(
+            session,
+            project=project,
+            role=Role(role),
+            name=name,
+            pepper=get_settings().secret_key,
+        )
+    typer.echo(key)
+
+
+def _ensure_admin_key_file() -> None:
+    """First start of an all-in-one install: make an admin key and leave it in the data
+    folder (readable by its owner only), so the quickstart has a key to use."""
+    from ampfleet.core.db import session_scope
+    from ampfleet.core.keys import Role, create_key, has_active_admin
+
+    settings = get_settings()
+    path = settings.data_dir / "admin.key"
+    with session_scope() as session:
+        if has_active_admin(session):
+            return
+        _, key = create_key(
+            session,
+            project="default",
+            role=Role.ADMIN,
+            name="bootstrap",
+            pepper=settings.secret_key,
+        )
+    path.touch(mode=0o600, exist_ok=True)
+    path.write_text(key + "\n")
+    typer.echo(f"created an admin API key in {path}")
+
+
 @app.command()
 def api(
     host: str | None = typer.Option(None, help="Defaults to AMPFLEET_API_HOST."),
@@ -81,6 +125,7 @@ def up() -> None:
     settings = get_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.effective_database_url)
+    _ensure_admin_key_file()
     roles = ("api", "scheduler", "worker")
     children = {
         role: subprocess.Popen([sys.executable, "-m", "ampfleet.cli", role]) for role in roles

@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from ampfleet.core.db import get_engine
+from ampfleet.core.db import get_engine, session_scope
+from ampfleet.core.keys import Role, create_key
 from ampfleet.core.migrate import upgrade
+from ampfleet.core.settings import get_settings
 from tests.support.env import environment, fresh_postgres_database
 from tests.support.services import ensure_services
 
-TABLES = ("metrics", "job_events", "allocations", "outbox", "jobs", "nodes")
+TABLES = (
+    "metrics",
+    "job_events",
+    "allocations",
+    "outbox",
+    "jobs",
+    "nodes",
+    "projects",
+    "api_keys",
+)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -92,9 +104,43 @@ def backend(
         _truncate()
 
 
+KeyFactory = Callable[..., str]
+
+
 @pytest.fixture
-def client(backend: str) -> Iterator[TestClient]:
+def make_key(backend: str) -> KeyFactory:
+    """Creates an API key in the database: make_key(project="a", role="write")."""
+
+    def make(project: str = "default", role: str = "admin") -> str:
+        with session_scope() as session:
+            _, key = create_key(
+                session,
+                project=project,
+                role=Role(role),
+                name="test",
+                pepper=get_settings().secret_key,
+            )
+        return key
+
+    return make
+
+
+@pytest.fixture
+def app(backend: str) -> FastAPI:
     from ampfleet.api.app import create_app
 
-    with TestClient(create_app(), raise_server_exceptions=False) as test_client:
+    return create_app()
+
+
+@pytest.fixture
+def anonymous(app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def client(app: FastAPI, make_key: KeyFactory) -> Iterator[TestClient]:
+    """An admin of project `default`."""
+    headers = {"Authorization": f"Bearer {make_key()}"}
+    with TestClient(app, raise_server_exceptions=False, headers=headers) as test_client:
         yield test_client

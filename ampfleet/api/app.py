@@ -8,8 +8,12 @@ from ampfleet import __version__
 from ampfleet.api.errors import install_error_handlers
 from ampfleet.api.health.router import router as health_router
 from ampfleet.api.jobs.router import router as jobs_router
+from ampfleet.api.keys.router import router as keys_router
+from ampfleet.api.logs.router import router as logs_router
+from ampfleet.api.metrics.router import router as metrics_router
 from ampfleet.api.middleware import BodySizeLimitMiddleware
 from ampfleet.api.nodes.router import router as nodes_router
+from ampfleet.api.projects.router import router as projects_router
 from ampfleet.core.recipes import installed_recipes
 from ampfleet.core.settings import get_settings
 
@@ -27,5 +31,9 @@ def create_app() -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.include_router(health_router)
     app.include_router(jobs_router)
+    app.include_router(metrics_router)
+    app.include_router(logs_router)
     app.include_router(nodes_router)
+    app.include_router(projects_router)
+    app.include_router(keys_router)
     return app

@@ -66,6 +66,15 @@ class UnprocessableError(AmpfleetError):
         return cls(f"{field}: {message}", [ErrorDetail(field=field, message=message)])
 
 
+class TooManyRequestsError(AmpfleetError):
+    status_code = 429
+    code = "too_many_requests"
+
+    def __init__(self, message: str, retry_after_s: int = 30) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class PayloadTooLargeError(AmpfleetError):
     status_code = 413
     code = "payload_too_large"
@@ -106,7 +115,10 @@ def _validation_details(exc: RequestValidationError) -> list[ErrorDetail]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AmpfleetError)
     async def _ampfleet(_: Request, exc: AmpfleetError) -> JSONResponse:
-        return error_response(exc.status_code, exc.code, exc.message, exc.details)
+        headers = None
+        if isinstance(exc, TooManyRequestsError):
+            headers = {"Retry-After": str(exc.retry_after_s)}
+        return error_response(exc.status_code, exc.code, exc.message, exc.details, headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -140,6 +152,7 @@ def responses(*status_codes: int) -> dict[int | str, dict[str, Any]]:
     descriptions = {
         400: "Bad request",
         401: "Missing or invalid API key",
+        403: "The key may not do this (read-only, other project, or not admin)",
         404: "Not found",
         409: "Conflict with the current state",
         413: "Request body too large",

@@ -13,13 +13,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from ampfleet.core.settings import get_settings
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, read_only: bool = False) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
         event.listen(engine, "connect", _sqlite_pragmas)
         # pysqlite's own transaction handling defers BEGIN and breaks SELECT-then-UPDATE
-        # fencing; emit BEGIN IMMEDIATE ourselves so writers serialise at the start.
-        event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+        # fencing; emit BEGIN IMMEDIATE ourselves so writers serialise at the start. Readers
+        # take a plain (deferred) BEGIN: in WAL mode they then never wait for a writer.
+        begin = "BEGIN" if read_only else "BEGIN IMMEDIATE"
+        event.listen(engine, "begin", lambda conn: conn.exec_driver_sql(begin))
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
@@ -42,6 +44,16 @@ def get_engine() -> Engine:
 @lru_cache
 def get_sessionmaker() -> sessionmaker[Session]:
     return sessionmaker(get_engine(), expire_on_commit=False)
+
+
+@lru_cache
+def get_read_sessionmaker() -> sessionmaker[Session]:
+    """Sessions for requests that only read. On SQLite they use their own engine, whose
+    transactions do not take the write lock; elsewhere they are ordinary sessions."""
+    url = get_settings().effective_database_url
+    if not url.startswith("sqlite"):
+        return get_sessionmaker()
+    return sessionmaker(make_engine(url, read_only=True), expire_on_commit=False)
 
 
 def is_postgres(session: Session) -> bool:

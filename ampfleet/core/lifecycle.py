@@ -8,6 +8,7 @@ nothing and learns so from the return value. Terminal states never change.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select, update
@@ -78,7 +79,7 @@ def transition(
             message=message,
         )
     )
-    if to.is_terminal() or to in (JobState.RESTARTING, JobState.PREEMPTED, JobState.QUEUED):
+    if to.is_terminal() or to in (JobState.RESTARTING, JobState.QUEUED):
         release_allocations(session, job_id)
     session.flush()
     return True
@@ -100,6 +101,11 @@ def release_allocations(session: Session, job_id: str) -> None:
     )
 
 
+def restart_backoff_s(attempt: int) -> float:
+    """Seconds before a lost attempt's job may be placed again: 2, 4, 8 ... up to 60."""
+    return float(min(2**attempt, 60))
+
+
 def requeue_or_fail(
     session: Session, job_id: str, attempt: int, *, reason: str, message: str
 ) -> JobState | None:
@@ -118,6 +124,16 @@ def requeue_or_fail(
         message=f"{message}; it was being cancelled",
     ):
         return JobState.CANCELLED
+    if transition(
+        session,
+        job_id,
+        JobState.QUEUED,
+        from_states={JobState.PREEMPTED},
+        attempt=attempt,
+        reason=reason,
+        message=f"{message} while being preempted; requeued",
+    ):
+        return JobState.QUEUED
     placed = {JobState.SCHEDULED, JobState.STARTING, JobState.RUNNING}
     if not transition(
         session,
@@ -133,13 +149,16 @@ def requeue_or_fail(
     assert job is not None
     max_restarts = int(job.resolved["retry"]["max_restarts"])
     if attempt <= max_restarts:
+        delay = restart_backoff_s(attempt)
         transition(
             session,
             job_id,
             JobState.QUEUED,
             from_states={JobState.RESTARTING},
             reason="requeued",
-            message=f"restart {attempt} of {max_restarts}; resumes from its last checkpoint",
+            message=f"restart {attempt} of {max_restarts} in {delay:.0f}s; resumes from its "
+            "last checkpoint",
+            not_before=utcnow() + timedelta(seconds=delay),
         )
         return JobState.QUEUED
     transition(

@@ -90,11 +90,53 @@ class Job(Base):
     allreduce_dtype: Mapped[str | None] = mapped_column(String(8))
     failure_reason: Mapped[str | None] = mapped_column(Text)
 
+    # The scheduler's explanation while the job waits (written each pass when it changes).
+    pending_reason: Mapped[str | None] = mapped_column(Text)
+    queue_position: Mapped[int | None] = mapped_column(Integer)
+    estimated_start_at: Mapped[datetime | None] = mapped_column()
+    not_before: Mapped[datetime | None] = mapped_column(comment="restart backoff")
+
+    # Volume accounting: past the configured limits, more is dropped and counted.
+    metric_points: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    metric_points_dropped: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    log_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    log_lines_dropped: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     scheduled_at: Mapped[datetime | None] = mapped_column()
     started_at: Mapped[datetime | None] = mapped_column()
     finished_at: Mapped[datetime | None] = mapped_column()
+
+
+class Project(Base):
+    """Scheduling policy of a project (tenant); a project without a row gets the defaults."""
+
+    __tablename__ = "projects"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    weight: Mapped[float] = mapped_column(Float, default=1.0, comment="fair-share weight")
+    max_slots: Mapped[int | None] = mapped_column(Integer, comment="concurrent GPUs/slots")
+    max_queued_jobs: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class ApiKey(Base):
+    """A project's API key. Only a keyed hash of the secret is stored; the key itself is
+    shown once, when it is created."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    prefix: Mapped[str] = mapped_column(String(16), unique=True, comment="public lookup part")
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    project: Mapped[str] = mapped_column(String(64), index=True)
+    role: Mapped[str] = mapped_column(String(8), comment="admin | write | read")
+    name: Mapped[str] = mapped_column(String(128), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column()
+    revoked_at: Mapped[datetime | None] = mapped_column()
 
 
 class JobEvent(Base):
@@ -162,6 +204,24 @@ class Metric(Base):
     name: Mapped[str] = mapped_column(String(64))
     value: Mapped[float] = mapped_column(Float)
     time: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class LogLine(Base):
+    """One line a rank wrote to stdout or stderr."""
+
+    __tablename__ = "log_lines"
+    __table_args__ = (
+        Index("ix_log_lines_job_id_id", "job_id", "id"),
+        Index("ix_log_lines_job_id_rank_id", "job_id", "rank", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    rank: Mapped[int] = mapped_column(Integer)
+    stream: Mapped[str] = mapped_column(String(6), comment="stdout | stderr")
+    time: Mapped[datetime] = mapped_column(default=utcnow)
+    line: Mapped[str] = mapped_column(Text)
 
 
 class OutboxMessage(Base):

@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = 8000
     max_body_bytes: int = Field(1 << 20, gt=0, description="Larger request bodies get 413.")
+    stream_poll_s: float = Field(0.5, gt=0, description="How often live streams look for news.")
+    rate_limit_per_s: float = Field(50.0, gt=0, description="Requests per second per key.")
+    rate_limit_burst: float = Field(200.0, ge=1, description="Requests a key may burst.")
 
     node_name: str = Field(default_factory=socket.gethostname)
     node_address: str = Field("127.0.0.1", description="Address other nodes use for rendezvous.")
@@ -35,11 +38,20 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = Field(2.0, gt=0)
     node_timeout_s: float = Field(30.0, gt=0, description="A node silent this long is dead.")
 
+    fair_share_window_s: float = Field(
+        3600.0, gt=0, description="GPU-seconds used within it decide fair-share order."
+    )
     scheduler_poll_s: float = Field(2.0, gt=0, description="Pass interval when nobody wakes it.")
     start_timeout_s: float = Field(
         120.0, gt=0, description="SCHEDULED/STARTING longer is requeued."
     )
     cancel_grace_s: float = Field(5.0, ge=0, description="SIGTERM to SIGKILL delay on cancel.")
+    preempt_grace_s: float = Field(
+        120.0, ge=0, description="How long preempted ranks get to checkpoint before SIGKILL."
+    )
+    max_metric_points_per_job: int = Field(5_000_000, ge=1)
+    max_log_bytes_per_job: int = Field(200 << 20, ge=1)
+    max_log_line_bytes: int = Field(8192, ge=80, description="Longer lines are cut.")
     metrics_flush_s: float = Field(0.5, gt=0, description="How often ranks' metrics reach the DB.")
 
     @model_validator(mode="after")

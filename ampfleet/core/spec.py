@@ -37,18 +37,41 @@ class _Strict(BaseModel):
 
 
 class Resources(_Strict):
-    nodes: int = Field(1, ge=1, le=64, description="Nodes the job spans.")
-    procs_per_node: int = Field(
-        1, ge=1, le=64, description="Rank processes per node: one per GPU, or per CPU slot."
+    """Either an explicit shape (`nodes` x `procs_per_node`, default 1 x 1) or a total
+    (`procs`), which the scheduler packs onto the fewest nodes."""
+
+    nodes: int | None = Field(None, ge=1, le=64, description="Nodes the job spans.")
+    procs_per_node: int | None = Field(
+        None, ge=1, le=64, description="Rank processes per node: one per GPU, or per CPU slot."
+    )
+    procs: int | None = Field(
+        None, ge=1, le=4096, description="Total ranks, packed onto the fewest nodes."
     )
     accelerator: Literal["any", "cuda", "cpu"] = Field(
         "any", description="'cuda' needs GPU nodes, 'cpu' CPU nodes, 'any' takes either."
     )
     gpu_type: str | None = Field(None, max_length=128, description="Required GPU model substring.")
+    min_gpu_memory_mb: int | None = Field(None, ge=1, description="Per GPU.")
+    selector: dict[SafeName, LabelValue] = Field(
+        default_factory=dict, max_length=16, description="Node labels to match, e.g. pool."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_shape(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("procs") is not None:
+            if data.get("nodes") is not None or data.get("procs_per_node") is not None:
+                raise ValueError("give either procs, or nodes and procs_per_node, not both")
+            return data
+        return {"nodes": 1, "procs_per_node": 1, **{k: v for k, v in data.items() if v is not None}}
 
     @property
     def gang_size(self) -> int:
-        return self.nodes * self.procs_per_node
+        if self.procs is not None:
+            return self.procs
+        return (self.nodes or 1) * (self.procs_per_node or 1)
 
 
 class Stop(_Strict):

@@ -27,22 +27,37 @@ TERMINAL_STATES = frozenset(
 )
 # States in which a job holds node slots (an active allocation).
 PLACED_STATES = frozenset(
-    {JobState.SCHEDULED, JobState.STARTING, JobState.RUNNING, JobState.CANCELLING}
+    {
+        JobState.SCHEDULED,
+        JobState.STARTING,
+        JobState.RUNNING,
+        JobState.CANCELLING,
+        JobState.PREEMPTED,
+    }
 )
 
 _S = JobState
 ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     _S.QUEUED: frozenset({_S.SCHEDULED, _S.CANCELLED, _S.FAILED}),
-    _S.SCHEDULED: frozenset({_S.STARTING, _S.CANCELLING, _S.RESTARTING, _S.FAILED}),
+    _S.SCHEDULED: frozenset({_S.STARTING, _S.CANCELLING, _S.RESTARTING, _S.PREEMPTED, _S.FAILED}),
     _S.STARTING: frozenset(
-        {_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.CANCELLING, _S.RESTARTING, _S.TIMED_OUT}
+        {
+            _S.RUNNING,
+            _S.SUCCEEDED,
+            _S.FAILED,
+            _S.CANCELLING,
+            _S.RESTARTING,
+            _S.PREEMPTED,
+            _S.TIMED_OUT,
+        }
     ),
     _S.RUNNING: frozenset(
         {_S.SUCCEEDED, _S.FAILED, _S.CANCELLING, _S.RESTARTING, _S.PREEMPTED, _S.TIMED_OUT}
     ),
     _S.CANCELLING: frozenset({_S.CANCELLED, _S.SUCCEEDED, _S.FAILED, _S.TIMED_OUT}),
     _S.RESTARTING: frozenset({_S.QUEUED, _S.FAILED, _S.CANCELLED}),
-    _S.PREEMPTED: frozenset({_S.QUEUED, _S.CANCELLED}),
+    # PREEMPTED: asked to checkpoint and exit; it keeps its slots until its ranks are gone.
+    _S.PREEMPTED: frozenset({_S.QUEUED, _S.CANCELLED, _S.FAILED, _S.SUCCEEDED}),
     _S.SUCCEEDED: frozenset(),
     _S.FAILED: frozenset(),
     _S.CANCELLED: frozenset(),

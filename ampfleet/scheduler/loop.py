@@ -1,35 +1,35 @@
 """`ampfleet scheduler`: place queued jobs, reap lost attempts, relay the outbox.
 
 A pass runs when something wakes the scheduler (a submit, a finished attempt: a message on
-the `scheduler` queue) and at least every `scheduler_poll_s`. Each placement writes the
-job's new state, its allocations and its start messages in one transaction; the messages
-are sent only after that commits.
+the `scheduler` queue) and at least every `scheduler_poll_s`. A pass reads the world
+(snapshot.py), decides with pure functions (placement.py) and writes the decisions, the
+allocations and the start messages in one transaction (apply.py); the messages are sent
+only after that commits. Several schedulers may run: a PostgreSQL advisory lock lets one
+pass run at a time, so a standby takes over as soon as the active one stops.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
 
 from kombu.connection import Connection
 from kombu.entity import Exchange, Queue
 from kombu.message import Message
-from sqlalchemy import select, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from ampfleet.core.capacity import used_slots_by_node
 from ampfleet.core.db import is_postgres, session_scope
-from ampfleet.core.lifecycle import requeue_or_fail, transition
-from ampfleet.core.messaging import START_ATTEMPT, enqueue, get_celery, relay_outbox
-from ampfleet.core.models import Allocation, Job, Node, utcnow
+from ampfleet.core.messaging import get_celery, relay_outbox
+from ampfleet.core.models import utcnow
 from ampfleet.core.settings import SCHEDULER_QUEUE, Settings, get_settings
-from ampfleet.core.states import JobState
-from ampfleet.scheduler.placement import NodeCapacity, PendingJob, Placement, place
+from ampfleet.scheduler import snapshot
+from ampfleet.scheduler.apply import apply
+from ampfleet.scheduler.placement import schedule
+from ampfleet.scheduler.reaper import reap
 
 log = logging.getLogger(__name__)
 ADVISORY_LOCK_KEY = 0x616D70666C656574  # "ampfleet": one placing scheduler at a time
-MAX_PENDING_PER_PASS = 5000
 
 
 class Scheduler:
@@ -43,11 +43,22 @@ class Scheduler:
     # -- one pass -------------------------------------------------------------------------
 
     def run_pass(self) -> int:
+        """Reap lost attempts, place what fits, explain what waits; then send messages."""
         with session_scope() as session:
             if not self._take_lock(session):
-                return 0
-            self._reap(session)
-            placed = self._schedule(session)
+                return 0  # another scheduler is in its pass; it will do this work
+            now = utcnow()
+            reap(session, self.settings, now)
+            world = snapshot.load(session, self.settings, now)
+            decision = schedule(
+                world.requests,
+                world.nodes,
+                world.running,
+                world.usage,
+                world.policies,
+                now.timestamp(),
+            )
+            placed = apply(session, world, decision)
         with session_scope() as session:
             relay_outbox(session)
         return placed
@@ -58,113 +69,6 @@ class Scheduler:
         return bool(
             session.scalar(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": ADVISORY_LOCK_KEY})
         )
-
-    def _live_nodes(self, session: Session) -> list[Node]:
-        cutoff = utcnow() - timedelta(seconds=self.settings.node_timeout_s)
-        return list(
-            session.scalars(
-                select(Node).where(Node.state == "ready", Node.last_heartbeat_at >= cutoff)
-            )
-        )
-
-    def _schedule(self, session: Session) -> int:
-        jobs = session.scalars(
-            select(Job)
-            .where(Job.state == JobState.QUEUED)
-            .order_by(Job.priority.desc(), Job.id)
-            .limit(MAX_PENDING_PER_PASS)
-        ).all()
-        if not jobs:
-            return 0
-        used = used_slots_by_node(session)
-        nodes = {n.id: n for n in self._live_nodes(session)}
-        capacity = [
-            NodeCapacity(n.id, n.accelerator, n.gpu_model, n.slots - int(used.get(n.id, 0)))
-            for n in nodes.values()
-        ]
-        by_id = {job.id: job for job in jobs}
-        pending = [
-            PendingJob(
-                id=job.id,
-                priority=job.priority,
-                nodes=job.resolved["resources"]["nodes"],
-                procs_per_node=job.resolved["resources"]["procs_per_node"],
-                accelerator=job.resolved["resources"]["accelerator"],
-                gpu_type=job.resolved["resources"].get("gpu_type"),
-            )
-            for job in jobs
-        ]
-        placements = place(pending, capacity)
-        for placement in placements:
-            self._commit_placement(session, by_id[placement.job_id], placement, nodes)
-        return len(placements)
-
-    def _commit_placement(
-        self, session: Session, job: Job, placement: Placement, nodes: dict[str, Node]
-    ) -> None:
-        attempt = job.attempt + 1
-        if not transition(
-            session,
-            job.id,
-            JobState.SCHEDULED,
-            from_states={JobState.QUEUED},
-            attempt=job.attempt,
-            new_attempt=attempt,
-            reason="placed",
-            message=f"attempt {attempt} on {', '.join(placement.node_ids)}",
-            scheduled_at=utcnow(),
-        ):
-            return  # cancelled meanwhile
-        for node_rank, node_id in enumerate(placement.node_ids):
-            session.add(
-                Allocation(
-                    job_id=job.id,
-                    attempt=attempt,
-                    node_id=node_id,
-                    node_rank=node_rank,
-                    slots=placement.procs_per_node,
-                )
-            )
-            enqueue(
-                session,
-                queue=nodes[node_id].queue,
-                task=START_ATTEMPT,
-                job_id=job.id,
-                attempt=attempt,
-                node_rank=node_rank,
-            )
-        session.flush()
-
-    def _reap(self, session: Session) -> None:
-        """Attempts whose node stopped heartbeating, or whose start never arrived."""
-        cutoff = utcnow() - timedelta(seconds=self.settings.node_timeout_s)
-        lost = session.execute(
-            select(Allocation.job_id, Allocation.attempt, Node.id)
-            .join(Node, Node.id == Allocation.node_id)
-            .where(Allocation.released_at.is_(None), Node.last_heartbeat_at < cutoff)
-        ).all()
-        for job_id, attempt, node_id in {(j, a, n) for j, a, n in lost}:
-            requeue_or_fail(
-                session,
-                job_id,
-                attempt,
-                reason="node_lost",
-                message=f"node {node_id} stopped heartbeating",
-            )
-        start_cutoff = utcnow() - timedelta(seconds=self.settings.start_timeout_s)
-        stale = session.execute(
-            select(Job.id, Job.attempt).where(
-                Job.state == JobState.SCHEDULED, Job.scheduled_at < start_cutoff
-            )
-        ).all()
-        for job_id, attempt in stale:
-            requeue_or_fail(
-                session,
-                job_id,
-                attempt,
-                reason="start_timeout",
-                message=f"no node started it within {self.settings.start_timeout_s:.0f}s",
-            )
 
     # -- the process ----------------------------------------------------------------------
 

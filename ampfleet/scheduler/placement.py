@@ -1,64 +1,589 @@
-"""Placement as a pure function: pending jobs + free capacity -> decisions.
+"""Placement: queued jobs and the fleet's free slots in; what to start, preempt and say out.
 
-Gang placement: a job gets all of its nodes at once or none. Among the nodes that fit,
-the fullest ones are taken first (best fit), which keeps large holes free for large jobs.
+A pure function of its arguments (no database, clock or I/O), so the scheduler loop, the API's
+"why is my job pending" answer, tests and benchmarks all see the same decisions. Nodes and job
+requests are core's (`ampfleet.core.fleet`), so admission and placement agree on what matches.
+The rules, and why each one is there:
+
+* Queue order is priority, then weighted fair share, then FIFO. Usage comes from the caller (a
+  sliding window of GPU-seconds). Within a pass, every placed job charges its project
+  `slots * PLACED_CHARGE_S` on top, so projects that start a pass level take turns instead of
+  one of them taking the whole pass on a tie; across passes the measured usage takes over.
+* Gangs are all or nothing: a distributed job with some ranks started holds GPUs idle at its
+  rendezvous. Best fit for fixed shapes and the fewest nodes for totals keep whole nodes free
+  for the large gangs that need them, and fewer nodes means less AllReduce over the network.
+* Quotas cap what a project holds at once; a capped job never blocks other projects.
+* One EASY reservation per pass, for the first job that cannot start (leaving out jobs capped
+  by their quota, jobs too large for the fleet and jobs waiting on a preemption): the earliest
+  time that running jobs' estimated ends make room, and the free slots it will need then are
+  held back. Later jobs use everything else (backfill). Without a reservation a stream of
+  small jobs starves every large one; one per pass bounds the slots it leaves idle. With no
+  estimate (no running job reports an end that helps) nothing is held: idling slots for an
+  unknown time costs certain work for an uncertain gain, and the job keeps its place in order.
+* Preemption takes only strictly lower priority, and the job it is for is not placed in the
+  same pass: victims must checkpoint and exit first. The free slots the job will need are held
+  meanwhile, so backfill cannot undo the preemption. A victim keeps its real priority until it
+  is gone, so the next pass picks the same victims again; the caller treats a repeat as a no-op.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import heapq
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ampfleet.core.fleet import JobRequest, NodeView, describe_constraints, fits_fleet, matches
+from ampfleet.scheduler.capacity_index import CapacityIndex, Overlay
+
+__all__ = [
+    "Decision",
+    "JobRequest",
+    "NodeView",
+    "Pending",
+    "Placement",
+    "Preemption",
+    "ProjectPolicy",
+    "RunningJob",
+    "fits_fleet",
+    "queue_order",
+    "schedule",
+]
+
+PLACED_CHARGE_S = 1.0
+"""Usage (seconds per slot) charged to a project for each job it is given within one pass."""
 
 
 @dataclass(frozen=True)
-class PendingJob:
+class RunningJob:
     id: str
+    project: str
     priority: int
-    nodes: int
-    procs_per_node: int
-    accelerator: str  # any | cuda | cpu
-    gpu_type: str | None = None
+    allocations: Mapping[str, int]
+    """Node id -> slots held."""
+    estimated_end: float | None
+    """Epoch seconds, from progress; None when unknown."""
+    started: float
+    preempting: bool = False
+    """Already told to checkpoint and exit by an earlier pass. Its slots come back soon, so it
+    is never chosen again: a job that needs room takes those slots first, at no new cost,
+    and the job it was preempted for (first in order again) finds the same room waiting."""
 
 
 @dataclass(frozen=True)
-class NodeCapacity:
-    id: str
-    accelerator: str  # cuda | cpu
-    gpu_model: str | None
-    free: int
+class ProjectPolicy:
+    weight: float = 1.0
+    """Fair-share weight: a project with weight 3 is due three times the usage of weight 1."""
+    max_slots: int | None = None
+    """Slots the project may hold at once (queued-job limits are checked at submit time)."""
+
+    def __post_init__(self) -> None:
+        if self.weight <= 0:
+            raise ValueError("fair-share weight must be positive")
 
 
 @dataclass(frozen=True)
 class Placement:
     job_id: str
-    node_ids: tuple[str, ...]
-    """One per node rank, in node-rank order."""
-    procs_per_node: int
+    allocations: tuple[tuple[str, int], ...]
+    """(node id, slots) in node-rank order: rank 0 first."""
 
 
-def queue_order(jobs: Sequence[PendingJob]) -> list[PendingJob]:
-    """Higher priority first, then first come first served (ids are time-ordered)."""
-    return sorted(jobs, key=lambda j: (-j.priority, j.id))
+@dataclass(frozen=True)
+class Preemption:
+    victim_id: str
+    for_job_id: str
 
 
-def fits(job: PendingJob, node: NodeCapacity) -> bool:
-    if job.accelerator not in ("any", node.accelerator):
-        return False
-    if not job.gpu_type:
-        return True
-    return node.gpu_model is not None and job.gpu_type.lower() in node.gpu_model.lower()
+@dataclass(frozen=True)
+class Pending:
+    position: int
+    """1-based, in the order the pass considered jobs, over the jobs it did not place."""
+    reason: str
+    estimated_start: float | None
 
 
-def place(jobs: Sequence[PendingJob], nodes: Sequence[NodeCapacity]) -> list[Placement]:
-    free = {node.id: node.free for node in nodes}
-    placements = []
-    for job in queue_order(jobs):
-        candidates = [n for n in nodes if fits(job, n) and free[n.id] >= job.procs_per_node]
-        if len(candidates) < job.nodes:
-            continue
-        chosen = sorted(candidates, key=lambda n: (free[n.id] - job.procs_per_node, n.id))
-        chosen = chosen[: job.nodes]
-        for node in chosen:
-            free[node.id] -= job.procs_per_node
-        placements.append(Placement(job.id, tuple(n.id for n in chosen), job.procs_per_node))
-    return placements
+@dataclass
+class Decision:
+    placements: list[Placement]
+    preemptions: list[Preemption]
+    pending: dict[str, Pending]
+    reserved: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    """Free slots held back this pass, per job: its reservation, or what it will need once its
+    preemption victims are gone. Nothing else was placed on them."""
+
+
+_Constraints = tuple[str, str | None, int | None, tuple[tuple[str, str], ...]]
+_Rank = tuple[float, str, str]
+_Plan = list[tuple[int, int]]
+
+
+def queue_order(
+    jobs: Iterable[JobRequest], usage: Mapping[str, float], policies: Mapping[str, ProjectPolicy]
+) -> list[JobRequest]:
+    """The order a pass starts from; `schedule` then charges projects for what it places."""
+    return sorted(
+        jobs, key=lambda job: (-job.priority, _share(job.project, usage, policies), job.id)
+    )
+
+
+def schedule(
+    jobs: Sequence[JobRequest],
+    nodes: Sequence[NodeView],
+    running: Sequence[RunningJob],
+    usage: Mapping[str, float],
+    policies: Mapping[str, ProjectPolicy],
+    now: float,
+    allow_preemption: bool = True,
+) -> Decision:
+    """One pass: every job is placed, or pending with a reason and its position."""
+    if len({job.id for job in jobs}) != len(jobs):
+        raise ValueError("job ids must be unique")
+    scheduling = _Pass(
+        nodes, running, policies, now=now, allow_preemption=allow_preemption, jobs=jobs
+    )
+    for job in _considered(jobs, usage, policies, scheduling.charged):
+        scheduling.consider(job)
+    return scheduling.decision()
+
+
+def _considered(
+    jobs: Sequence[JobRequest],
+    usage: Mapping[str, float],
+    policies: Mapping[str, ProjectPolicy],
+    charged: Mapping[str, float],
+) -> Iterator[JobRequest]:
+    """Jobs in queue order, re-ranking a project by what `charged` holds after each of its jobs.
+
+    Each priority level is a heap of every project's next job, so a charge made while a job was
+    out is seen before that project's next job is ranked. With no charges this is `queue_order`.
+    """
+    levels: dict[int, dict[str, list[JobRequest]]] = {}
+    for job in sorted(jobs, key=lambda j: j.id, reverse=True):
+        levels.setdefault(job.priority, {}).setdefault(job.project, []).append(job)
+    for priority in sorted(levels, reverse=True):
+        queues = levels[priority]  # each one reversed: its next job is last
+
+        def rank(project: str, queues: dict[str, list[JobRequest]] = queues) -> _Rank:
+            share = (usage.get(project, 0.0) + charged.get(project, 0.0)) / _weight(
+                project, policies
+            )
+            return share, queues[project][-1].id, project
+
+        heap = [rank(project) for project in queues]
+        heapq.heapify(heap)
+        while heap:
+            project = heapq.heappop(heap)[2]
+            yield queues[project].pop()
+            if queues[project]:
+                heapq.heappush(heap, rank(project))
+
+
+def _weight(project: str, policies: Mapping[str, ProjectPolicy]) -> float:
+    policy = policies.get(project)
+    return policy.weight if policy is not None else 1.0
+
+
+def _share(
+    project: str, usage: Mapping[str, float], policies: Mapping[str, ProjectPolicy]
+) -> float:
+    return usage.get(project, 0.0) / _weight(project, policies)
+
+
+def _constraints(job: JobRequest) -> _Constraints:
+    return (
+        job.accelerator,
+        job.gpu_type.lower() if job.gpu_type else None,
+        job.min_gpu_memory_mb,
+        tuple(sorted(job.selector.items())),
+    )
+
+
+def _describe(job: JobRequest) -> str:
+    """'2 x 4 slots of cuda, pool=a100': what reasons call the request."""
+    if job.total_procs is not None:
+        shape = f"{job.total_procs} slots"
+    else:
+        shape = f"{job.nodes or 1} x {job.procs_per_node or 1} slots"
+    return f"{shape} of {describe_constraints(job)}"
+
+
+def _cost(victims: Iterable[RunningJob]) -> int:
+    """New preemptions a choice of victims takes: jobs already exiting are free."""
+    return sum(1 for victim in victims if not victim.preempting)
+
+
+def _waiting_for(victims: Sequence[RunningJob]) -> str:
+    new = [victim.id for victim in victims if not victim.preempting]
+    exiting = [victim.id for victim in victims if victim.preempting]
+    parts = [f"{len(new)} lower-priority job(s) to be preempted: {', '.join(new)}"] if new else []
+    if exiting:
+        parts.append(f"{len(exiting)} preempted job(s) to exit: {', '.join(exiting)}")
+    return "waiting for " + "; and ".join(parts)
+
+
+def _plan(index: CapacityIndex, groups: Sequence[int], job: JobRequest) -> _Plan | None:
+    if job.total_procs is not None:
+        return index.pack(groups, job.total_procs)
+    per_node = job.procs_per_node or 1
+    chosen = index.best_fit(groups, job.nodes or 1, per_node)
+    return None if chosen is None else [(node, per_node) for node in chosen]
+
+
+class _Pass:
+    """What one pass has left to give: free slots, holds, project charges, and its answers.
+
+    Nodes are numbered in id order; unschedulable ones never enter the capacity index. Nodes
+    are grouped by what jobs can select on: labels no job in the pass selects on are left out
+    of the grouping, so per-host labels do not split the fleet into groups of one.
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeView],
+        running: Sequence[RunningJob],
+        policies: Mapping[str, ProjectPolicy],
+        *,
+        now: float,
+        allow_preemption: bool,
+        jobs: Sequence[JobRequest],
+    ) -> None:
+        self.policies = policies
+        self.now = now
+        self.nodes = sorted(nodes, key=lambda node: node.id)
+        number = {node.id: i for i, node in enumerate(self.nodes)}
+        if len(number) != len(self.nodes):
+            raise ValueError("node ids must be unique")
+        self.node_slots = [node.slots for node in self.nodes]
+        self._group_nodes(sorted({key for job in jobs for key in job.selector}))
+
+        self.charged: dict[str, float] = {}
+        self.holding: dict[str, int] = {}
+        self.allocations: dict[str, list[tuple[int, int]]] = {}
+        for job in running:
+            self.holding[job.project] = self.holding.get(job.project, 0) + sum(
+                job.allocations.values()
+            )
+            self.allocations[job.id] = [
+                (number[node_id], slots)
+                for node_id, slots in job.allocations.items()
+                if node_id in number
+            ]
+        self.exiting = sorted(
+            (job for job in running if job.preempting), key=lambda job: (-job.started, job.id)
+        )
+        self.preemptible = (
+            sorted(
+                (job for job in running if not job.preempting),
+                key=lambda job: (job.priority, -job.started, job.id),
+            )
+            if allow_preemption
+            else []
+        )
+        self.lowest_running = min((job.priority for job in self.preemptible), default=None)
+        self.ending = sorted(
+            (job.estimated_end, job.id, job) for job in running if job.estimated_end is not None
+        )
+        self.victims: set[str] = set()
+        self.head_seen = False
+        self.near_reservation: set[str] = set()  # running on the reservation's nodes
+        self.holds: list[tuple[str, _Plan]] = []  # (job, free slots held for it), in order
+        self.changes = 0  # bumped whenever free slots or victims change: keys `no_victims`
+        self.no_victims: set[tuple[object, ...]] = set()
+        self.by_size: dict[tuple[int, ...], list[RunningJob]] = {}
+        self.groups_for: dict[_Constraints, tuple[int, ...]] = {}
+        self.hopeless: dict[tuple[object, ...], str | None] = {}
+        self.waiting: dict[tuple[object, ...], tuple[int, str]] = {}
+        self.placements: list[Placement] = []
+        self.preemptions: list[Preemption] = []
+        self.reserved: dict[str, tuple[tuple[str, int], ...]] = {}
+        self.pending: list[tuple[str, str, float | None]] = []
+
+    def _group_nodes(self, selector_keys: list[str]) -> None:
+        signatures: dict[tuple[object, ...], int] = {}
+        self.examples: list[NodeView] = []
+        self.usable: list[list[NodeView]] = []
+        self.sizes: list[dict[int, int]] = []  # per group: node slots -> schedulable nodes
+        self.down: list[int] = []
+        group_of = []
+        for node in self.nodes:
+            labels = tuple(node.labels.get(key) for key in selector_keys)
+            signature = (node.accelerator, node.gpu_model, node.gpu_memory_mb, labels)
+            group = signatures.setdefault(signature, len(signatures))
+            if group == len(self.examples):
+                self.examples.append(node)
+                self.usable.append([])
+                self.sizes.append({})
+                self.down.append(0)
+            group_of.append(group)
+            if node.schedulable:
+                self.usable[group].append(node)
+                self.sizes[group][node.slots] = self.sizes[group].get(node.slots, 0) + 1
+            else:
+                self.down[group] += 1
+        usable = (node.slots for node in self.nodes if node.schedulable)
+        self.index = CapacityIndex(len(self.examples), max(usable, default=0))
+        for number, node in enumerate(self.nodes):
+            if node.schedulable:
+                self.index.add(number, group_of[number], min(max(node.free, 0), node.slots))
+
+    # -- one job ----------------------------------------------------------------------------
+
+    def consider(self, job: JobRequest) -> None:
+        """Place `job` now, or record why not (and when it may start)."""
+        policy = self.policies.get(job.project)
+        limit = policy.max_slots if policy is not None else None
+        holds = self.holding.get(job.project, 0)
+        if limit is not None and holds + job.slots > limit:
+            quota = f"project {job.project} is at its quota of {limit} slots (holds {holds})"
+            self.pending.append((job.id, quota, None))
+            return
+        constraints = _constraints(job)
+        groups = self._groups(job, constraints)
+        hopeless = self._hopeless(job, constraints, groups)
+        if hopeless is not None:
+            self.pending.append((job.id, f"no node matches: {hopeless}", None))
+            return
+        plan = _plan(self.index, groups, job)
+        if plan is not None:
+            self._place(job, plan)
+            return
+        self.pending.append((job.id, *self._wait(job, constraints, groups)))
+
+    def _wait(
+        self, job: JobRequest, constraints: _Constraints, groups: tuple[int, ...]
+    ) -> tuple[str, float | None]:
+        """Preempt for `job`, or reserve for it when it is the first to wait; say which."""
+        victims = self._victims(job, constraints, groups)
+        if victims:
+            return _waiting_for(victims), None
+        if not self.head_seen:
+            self.head_seen = True
+            waiting = self._waiting(job, groups)
+            start = self._reserve(job, groups)
+            if start is None:
+                return f"{waiting}; no running job reports an end that frees enough", None
+            return f"{waiting}; reserved, to start in about {start - self.now:.0f}s", start
+        return self._waiting(job, groups), None
+
+    def _groups(self, job: JobRequest, constraints: _Constraints) -> tuple[int, ...]:
+        groups = self.groups_for.get(constraints)
+        if groups is None:
+            groups = tuple(i for i, example in enumerate(self.examples) if matches(job, example))
+            self.groups_for[constraints] = groups
+        return groups
+
+    def _hopeless(
+        self, job: JobRequest, constraints: _Constraints, groups: tuple[int, ...]
+    ) -> str | None:
+        """Why the job cannot fit even when every schedulable matching node is free."""
+        key = (constraints, job.nodes, job.procs_per_node, job.total_procs)
+        if key not in self.hopeless:
+            if self._could_fit(job, groups):
+                self.hopeless[key] = None
+                return None
+            usable = [node for group in groups for node in self.usable[group]]
+            down = sum(self.down[group] for group in groups)
+            message = (
+                fits_fleet(job, usable)
+                if usable
+                else f"no schedulable node matches {describe_constraints(job)}"
+            )
+            if message is not None and down:
+                message += f"; {down} matching node(s) are cordoned or down"
+            self.hopeless[key] = message
+        return self.hopeless[key]
+
+    def _could_fit(self, job: JobRequest, groups: tuple[int, ...]) -> bool:
+        sizes = [(size, count) for group in groups for size, count in self.sizes[group].items()]
+        if job.total_procs is not None:
+            return sum(size * count for size, count in sizes) >= job.total_procs
+        per_node = job.procs_per_node or 1
+        return sum(count for size, count in sizes if size >= per_node) >= (job.nodes or 1)
+
+    def _waiting(self, job: JobRequest, groups: tuple[int, ...]) -> str:
+        """What a job that waits for capacity is told; kept while no slot changes hands."""
+        key = (groups, job.nodes, job.procs_per_node, job.total_procs)
+        cached = self.waiting.get(key)
+        if cached is not None and cached[0] == self.changes:
+            return cached[1]
+        blocking = self._holders_in_the_way(job, groups)
+        if blocking:
+            text = (
+                f"behind {len(blocking)} higher-priority job(s) holding the slots it needs "
+                f"for a reservation or a preemption: {', '.join(blocking)}"
+            )
+        else:
+            text = (
+                f"waiting for capacity: needs {_describe(job)}, free now: {self._free(job, groups)}"
+            )
+        self.waiting[key] = (self.changes, text)
+        return text
+
+    def _holders_in_the_way(self, job: JobRequest, groups: tuple[int, ...]) -> list[str]:
+        """Jobs ordered earlier whose held slots on matching nodes would let `job` fit now."""
+        if not self.holds:
+            return []
+        overlay = self._overlay(job, groups)
+        in_the_way = [holder for holder, held in self.holds if overlay.add(held)]
+        return in_the_way if overlay.fits() else []
+
+    def _free(self, job: JobRequest, groups: tuple[int, ...]) -> str:
+        total = f"{self.index.total_free(groups)} free slots on matching nodes"
+        if job.total_procs is not None:
+            return total
+        per_node = job.procs_per_node or 1
+        enough = self.index.nodes_with_at_least(groups, per_node)
+        return f"{enough} matching node(s) with >= {per_node} free slots, {total}"
+
+    def _place(self, job: JobRequest, plan: _Plan) -> None:
+        slots = job.slots
+        for node, share in plan:
+            self.index.take(node, share)
+        self.changes += 1
+        self.holding[job.project] = self.holding.get(job.project, 0) + slots
+        self.charged[job.project] = self.charged.get(job.project, 0.0) + slots * PLACED_CHARGE_S
+        allocations = tuple((self.nodes[node].id, share) for node, share in plan)
+        self.placements.append(Placement(job.id, allocations))
+
+    # -- holding slots for later ------------------------------------------------------------
+
+    def _overlay(self, job: JobRequest, groups: tuple[int, ...]) -> Overlay:
+        return Overlay(
+            self.index,
+            self.node_slots,
+            groups,
+            nodes=job.nodes or 1,
+            per_node=job.procs_per_node or 1,
+            total=job.total_procs,
+        )
+
+    def _hold(self, job: JobRequest, overlay: Overlay) -> _Plan:
+        """Plan `job` on what the overlay returns; take the free slots that plan needs now."""
+        plan = _plan(overlay.scratch(), (0,), job)
+        if plan is None:
+            raise RuntimeError("the overlay said the job fits")
+        held = []
+        for node, share in plan:
+            needed_now = min(self.index.free(node), share - overlay.returned.get(node, 0))
+            if needed_now > 0:
+                self.index.take(node, needed_now)
+                held.append((node, needed_now))
+        self.changes += 1
+        self.holds.append((job.id, held))
+        self.reserved[job.id] = tuple((self.nodes[node].id, slots) for node, slots in held)
+        return plan
+
+    def _reserve(self, job: JobRequest, groups: tuple[int, ...]) -> float | None:
+        """EASY: the earliest estimated end after which `job` fits, and hold what it needs."""
+        overlay = self._overlay(job, groups)
+        for end, victim_id, _ in self.ending:
+            if victim_id in self.victims:
+                continue  # its slots are promised to the job that preempts it
+            if overlay.add(self.allocations[victim_id]) and overlay.fits():
+                plan = self._hold(job, overlay)
+                spoken_for = {node for node, _ in plan}
+                self.near_reservation = {
+                    victim_id
+                    for victim_id, allocations in self.allocations.items()
+                    if any(node in spoken_for for node, _ in allocations)
+                }
+                return max(end, self.now)
+        return None
+
+    def _victims(
+        self, job: JobRequest, constraints: _Constraints, groups: tuple[int, ...]
+    ) -> list[RunningJob]:
+        """Fewest strictly lower-priority victims (lowest priority, latest start first) whose
+        slots make `job` fit; their slots and the free slots it needs are then spoken for.
+        Jobs already exiting from an earlier preemption are taken first: they cost nothing.
+
+        The fewest is searched greedily two ways, each pruned to a set where every victim is
+        needed: in order of preference, and by most matching slots (which wins only when it
+        needs fewer victims). Exact minimum sets are a set cover; this is the cheap bound.
+        """
+        can_preempt = self.lowest_running is not None and job.priority > self.lowest_running
+        if not (can_preempt or self.exiting):
+            return []
+        key = (constraints, job.nodes, job.procs_per_node, job.total_procs, job.priority)
+        if (*key, self.changes) in self.no_victims:
+            return []
+        by_preference = self._prune(job, groups, self._candidates(job))
+        if by_preference is None:
+            self.no_victims.add((*key, self.changes))
+            return []
+        victims = by_preference
+        if _cost(by_preference) > 1:
+            by_size = self._unclaimed(self._largest_first(groups), job.priority)
+            fewer = self._prune(job, groups, itertools.chain(self._exiting(), by_size))
+            if fewer is not None and _cost(fewer) < _cost(by_preference):
+                victims = fewer
+        overlay = self._overlay(job, groups)
+        for victim in victims:
+            overlay.add(self.allocations[victim.id])
+            self.victims.add(victim.id)
+            if not victim.preempting:
+                self.preemptions.append(Preemption(victim.id, job.id))
+        self._hold(job, overlay)
+        return victims
+
+    def _largest_first(self, groups: tuple[int, ...]) -> list[RunningJob]:
+        """Running jobs by slots on these groups' nodes, most first; ties by preference."""
+        ordered = self.by_size.get(groups)
+        if ordered is None:
+            matching = set(groups)
+
+            def matching_slots(victim: RunningJob) -> int:
+                allocations = self.allocations[victim.id]
+                return sum(s for n, s in allocations if self.index.group(n) in matching)
+
+            ordered = sorted(self.preemptible, key=matching_slots, reverse=True)
+            self.by_size[groups] = ordered
+        return ordered
+
+    def _candidates(self, job: JobRequest) -> Iterator[RunningJob]:
+        """Possible victims for `job`, most preferred first: jobs already exiting cost nothing."""
+        yield from self._exiting()
+        lower = itertools.takewhile(lambda v: v.priority < job.priority, self.preemptible)
+        yield from self._unclaimed(lower, None)
+
+    def _exiting(self) -> Iterator[RunningJob]:
+        return self._unclaimed(self.exiting, None)
+
+    def _unclaimed(self, running: Iterable[RunningJob], below: int | None) -> Iterator[RunningJob]:
+        """Those not yet taken this pass and not under the reservation (whose slots it counts
+        on), of priority below `below` when given."""
+        for victim in running:
+            if below is not None and victim.priority >= below:
+                continue
+            if victim.id not in self.victims and victim.id not in self.near_reservation:
+                yield victim
+
+    def _prune(
+        self, job: JobRequest, groups: tuple[int, ...], candidates: Iterable[RunningJob]
+    ) -> list[RunningJob] | None:
+        """Candidates in order until `job` fits, then without any that turned out unneeded."""
+        overlay = self._overlay(job, groups)
+        chosen: list[RunningJob] = []
+        for victim in candidates:
+            if overlay.add(self.allocations[victim.id]):
+                chosen.append(victim)
+                if overlay.fits():
+                    break
+        else:
+            return None
+        for i in reversed(range(len(chosen) - 1)):  # the last one added is always needed
+            allocations = self.allocations[chosen[i].id]
+            overlay.add(allocations, sign=-1)
+            if overlay.fits():
+                del chosen[i]
+            else:
+                overlay.add(allocations)
+        return chosen
+
+    def decision(self) -> Decision:
+        pending = {
+            job_id: Pending(position, reason, start)
+            for position, (job_id, reason, start) in enumerate(self.pending, start=1)
+        }
+        return Decision(self.placements, self.preemptions, pending, self.reserved)

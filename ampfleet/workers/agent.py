@@ -125,6 +125,8 @@ class NodeAgent:
         self.supervisor.launch(request)
 
     def _claim(self, job_id: str, attempt: int, node_rank: int) -> LaunchRequest | None:
+        """Claim this node's allocation (once) and prepare the run folder; None when the
+        message is stale, a duplicate, or the job was cancelled or preempted meanwhile."""
         with session_scope() as session:
             claimed = session.execute(
                 update(Allocation)
@@ -143,71 +145,81 @@ class NodeAgent:
                 return None
             job = session.get(Job, job_id)
             assert job is not None
-            if job.attempt != attempt:
-                return None
-            if job.state == JobState.CANCELLING:
-                transition(
-                    session,
-                    job_id,
-                    JobState.CANCELLED,
-                    from_states={JobState.CANCELLING},
-                    attempt=attempt,
-                    reason="cancelled",
-                    message="cancelled before it started",
-                )
-                return None
-            transition(
-                session,
-                job_id,
-                JobState.STARTING,
-                from_states={JobState.SCHEDULED},
-                attempt=attempt,
-                reason="launching",
-                message=f"node {self.node_id} is launching its ranks",
-            )
-            session.refresh(job)
-            if job.state not in (JobState.STARTING, JobState.RUNNING):
+            if job.attempt != attempt or not self._still_wanted(session, job):
                 return None
             allocations = session.scalars(
-                select(Allocation).where(Allocation.job_id == job_id, Allocation.attempt == attempt)
+                select(Allocation)
+                .where(Allocation.job_id == job_id, Allocation.attempt == attempt)
+                .order_by(Allocation.node_rank)
             ).all()
             rendezvous = None
             if node_rank == 0 and len(allocations) > 1:
                 rendezvous = f"{self.settings.node_address}:{_free_port()}"
-                session.execute(
-                    update(Allocation)
-                    .where(
-                        Allocation.job_id == job_id,
-                        Allocation.attempt == attempt,
-                        Allocation.node_rank == 0,
-                    )
-                    .values(rendezvous=rendezvous)
-                )
-            spec = job.resolved
-            run_dir = RunDir.for_attempt(self.settings.runs_dir, job_id, attempt, node_rank)
-            run_dir.path.mkdir(parents=True, exist_ok=True)
-            run_dir.job_file.write_text(
-                json.dumps(
-                    {
-                        "job_id": job_id,
-                        "attempt": attempt,
-                        "spec": spec,
-                        "checkpoint_dir": str(self.settings.checkpoints_dir / job_id),
-                        "process_group_timeout_s": PROCESS_GROUP_TIMEOUT_S,
-                        "metrics_flush_s": self.settings.metrics_flush_s,
-                    }
-                )
-            )
+                allocations[0].rendezvous = rendezvous
+            run_dir = self._prepare_run_dir(job, node_rank)
             return LaunchRequest(
                 job_id=job_id,
                 attempt=attempt,
                 node_rank=node_rank,
                 nnodes=len(allocations),
-                procs_per_node=int(spec["resources"]["procs_per_node"]),
+                procs_per_node=allocations[node_rank].slots,
                 rendezvous=rendezvous,
                 run_dir=run_dir,
-                max_runtime_s=spec["stop"].get("max_runtime_s"),
+                max_runtime_s=job.resolved["stop"].get("max_runtime_s"),
             )
+
+    def _still_wanted(self, session: Session, job: Job) -> bool:
+        """Move the job to STARTING, unless a cancel or a preemption got there first."""
+        if job.state == JobState.CANCELLING:
+            transition(
+                session,
+                job.id,
+                JobState.CANCELLED,
+                from_states={JobState.CANCELLING},
+                attempt=job.attempt,
+                reason="cancelled",
+                message="cancelled before it started",
+            )
+            return False
+        if job.state == JobState.PREEMPTED:
+            transition(
+                session,
+                job.id,
+                JobState.QUEUED,
+                from_states={JobState.PREEMPTED},
+                attempt=job.attempt,
+                reason="requeued_after_preemption",
+                message="preempted before it started; back in the queue",
+            )
+            return False
+        transition(
+            session,
+            job.id,
+            JobState.STARTING,
+            from_states={JobState.SCHEDULED},
+            attempt=job.attempt,
+            reason="launching",
+            message=f"node {self.node_id} is launching its ranks",
+        )
+        session.refresh(job)
+        return job.state in (JobState.STARTING, JobState.RUNNING)
+
+    def _prepare_run_dir(self, job: Job, node_rank: int) -> RunDir:
+        run_dir = RunDir.for_attempt(self.settings.runs_dir, job.id, job.attempt, node_rank)
+        run_dir.path.mkdir(parents=True, exist_ok=True)
+        run_dir.job_file.write_text(
+            json.dumps(
+                {
+                    "job_id": job.id,
+                    "attempt": job.attempt,
+                    "spec": job.resolved,
+                    "checkpoint_dir": str(self.settings.checkpoints_dir / job.id),
+                    "process_group_timeout_s": PROCESS_GROUP_TIMEOUT_S,
+                    "metrics_flush_s": self.settings.metrics_flush_s,
+                }
+            )
+        )
+        return run_dir
 
     def _await_rendezvous(self, request: LaunchRequest) -> LaunchRequest | None:
         """Non-first nodes wait for the first node to publish its rendezvous endpoint."""

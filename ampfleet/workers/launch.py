@@ -8,6 +8,7 @@ each rank (see training/entry.py) follows torchrun.
 from __future__ import annotations
 
 import runpy
+import signal
 import sys
 
 from ampfleet.workers.training.entry import die_with_parent
@@ -29,7 +30,6 @@ def torchrun_args(
         f"--nproc-per-node={procs_per_node}",
         "--max-restarts=0",
         f"--log-dir={logs_dir}",
-        "--redirects=3",
     ]
     if nnodes == 1 or rendezvous is None:
         args.append("--standalone")
@@ -46,6 +46,9 @@ def torchrun_args(
 
 def main() -> None:
     die_with_parent()
+    # SIGUSR1 asks the ranks to checkpoint and exit (preemption); torchrun must survive it.
+    # The ranks install their own handler, which replaces the inherited "ignore".
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     sys.argv = ["torchrun", *sys.argv[1:]]
     runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
 

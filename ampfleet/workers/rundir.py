@@ -4,7 +4,7 @@
         job.json            what to run (written by the agent before launch)
         events.jsonl        rank 0's records: started, metric, progress, event (appended)
         failure-rank<r>.json  why a rank failed, in words a user can act on
-        logs/               torchrun's per-rank stdout/stderr, launcher.log
+        logs/               rank-<r>.stdout / rank-<r>.stderr, launcher.log (torchrun)
 
 Keeping the ranks off the database means a database hiccup never kills training, and one
 agent per node batches every job's metrics into few transactions.
@@ -39,6 +39,17 @@ class RunDir:
     @property
     def logs_dir(self) -> Path:
         return self.path / "logs"
+
+    def rank_log(self, rank: int, stream: str) -> Path:
+        return self.logs_dir / f"rank-{rank}.{stream}"
+
+    def rank_logs(self) -> list[tuple[int, str, Path]]:
+        found = []
+        for path in sorted(self.logs_dir.glob("rank-*.std*")):
+            rank, _, stream = path.name.removeprefix("rank-").partition(".")
+            if rank.isdigit() and stream in ("stdout", "stderr"):
+                found.append((int(rank), stream, path))
+        return found
 
     def failure_file(self, rank: int) -> Path:
         return self.path / f"failure-rank{rank}.json"
@@ -79,24 +90,37 @@ class RecordWriter:
         self._file.close()
 
 
-class RecordReader:
-    """The agent's side: complete lines appended since the last read."""
+class LineTail:
+    """Complete lines appended to a file since the last read (a partial last line waits)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_bytes: int = 1 << 20) -> None:
         self._path = path
         self._offset = 0
+        self._max_bytes = max_bytes
 
-    def read_new(self) -> list[dict[str, Any]]:
+    def read_lines(self) -> list[bytes]:
         try:
             with self._path.open("rb") as file:
                 file.seek(self._offset)
-                data = file.read()
+                data = file.read(self._max_bytes)
         except FileNotFoundError:
             return []
-        end = data.rfind(b"\n") + 1  # leave a partially written last line for next time
+        end = data.rfind(b"\n") + 1
+        if end == 0 and len(data) == self._max_bytes:
+            end = len(data)  # one enormous line: take it in pieces rather than stall
         self._offset += end
+        return data[:end].splitlines()
+
+
+class RecordReader:
+    """The agent's side of the records file: JSON lines appended since the last read."""
+
+    def __init__(self, path: Path) -> None:
+        self._tail = LineTail(path, max_bytes=64 << 20)
+
+    def read_new(self) -> list[dict[str, Any]]:
         records = []
-        for line in data[:end].splitlines():
+        for line in self._tail.read_lines():
             try:
                 records.append(json.loads(line))
             except ValueError:

@@ -17,17 +17,18 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO
 
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ampfleet.core.db import session_scope
-from ampfleet.core.lifecycle import record_event, requeue_or_fail, transition
+from ampfleet.core.lifecycle import requeue_or_fail, transition
 from ampfleet.core.messaging import wake_scheduler
-from ampfleet.core.models import Job, Metric, utcnow
+from ampfleet.core.models import Job
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import JobState
+from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs
 from ampfleet.workers.launch import torchrun_args
 from ampfleet.workers.rundir import RecordReader, RunDir
 
@@ -54,8 +55,12 @@ class RunningAttempt:
     launcher_log: IO[bytes]
     reader: RecordReader
     started: float = field(default_factory=time.monotonic)
-    stop_reason: str | None = None  # cancel | timeout | superseded | shutdown
+    stop_reason: str | None = None  # cancel | timeout | superseded | preempt
     kill_at: float | None = None
+    feed: AttemptFeed = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.feed = AttemptFeed(self.request.run_dir)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -81,10 +86,20 @@ class Supervisor:
         return set(self._running)
 
     def shutdown(self) -> None:
-        """Stop every attempt (they are requeued) and the thread."""
+        """Preempt every attempt (they checkpoint and go back to the queue), then stop."""
         for attempt in list(self._running.values()):
-            self._stop_attempt(attempt, "shutdown")
-        deadline = time.monotonic() + self.settings.cancel_grace_s + 5
+            with session_scope() as session:
+                transition(
+                    session,
+                    attempt.request.job_id,
+                    JobState.PREEMPTED,
+                    from_states={JobState.STARTING, JobState.RUNNING},
+                    attempt=attempt.request.attempt,
+                    reason="node_shutdown",
+                    message=f"node {self.settings.node_name} is shutting down",
+                )
+            self._stop_attempt(attempt, "preempt")
+        deadline = time.monotonic() + self.settings.preempt_grace_s + 5
         while self._running and time.monotonic() < deadline:
             time.sleep(0.1)
         self._stop.set()
@@ -164,7 +179,7 @@ class Supervisor:
         ended_keys: list[tuple[str, int]] = []
         with session_scope() as session:
             for attempt in self._running.values():
-                self._apply_records(session, attempt, attempt.reader.read_new())
+                self._forward(session, attempt)
             states = self._current_states(session)
             for attempt in self._running.values():
                 if attempt.process.poll() is None:
@@ -190,6 +205,8 @@ class Supervisor:
             self._stop_attempt(attempt, "superseded")  # fenced out: never two attempts at once
         elif current[0] == JobState.CANCELLING:
             self._stop_attempt(attempt, "cancel")
+        elif current[0] == JobState.PREEMPTED:
+            self._stop_attempt(attempt, "preempt")
         elif request.max_runtime_s and time.monotonic() - attempt.started > request.max_runtime_s:
             self._stop_attempt(attempt, "timeout")
 
@@ -197,9 +214,14 @@ class Supervisor:
         if attempt.stop_reason:
             return
         attempt.stop_reason = reason
-        attempt.kill_at = time.monotonic() + self.settings.cancel_grace_s
         log.info("stopping %s attempt %s: %s", *attempt.key, reason)
-        _signal_group(attempt.process, signal.SIGTERM)
+        if reason == "preempt":
+            # SIGUSR1: the ranks checkpoint at the next step boundary and exit (entry.py).
+            attempt.kill_at = time.monotonic() + self.settings.preempt_grace_s
+            _signal_group(attempt.process, signal.SIGUSR1)
+        else:
+            attempt.kill_at = time.monotonic() + self.settings.cancel_grace_s
+            _signal_group(attempt.process, signal.SIGTERM)
 
     def _enforce_kill_deadlines(self) -> None:
         now = time.monotonic()
@@ -210,61 +232,18 @@ class Supervisor:
 
     # -- records and outcomes -------------------------------------------------------------
 
-    def _apply_records(
-        self, session: Session, attempt: RunningAttempt, records: list[dict[str, Any]]
-    ) -> None:
-        if not records:
-            return
+    def _forward(self, session: Session, attempt: RunningAttempt) -> None:
+        """Rank 0's new records and every rank's new log lines, into this transaction."""
+        records = attempt.reader.read_new()
         request = attempt.request
         job = session.get(Job, request.job_id)
         if job is None or job.attempt != request.attempt:
             return
-        metric_rows: list[dict[str, Any]] = []
-        latest = dict(job.latest_metrics or {})
-        for record in records:
-            kind = record.get("kind")
-            if kind == "started":
-                transition(
-                    session,
-                    job.id,
-                    JobState.RUNNING,
-                    from_states={JobState.STARTING},
-                    attempt=request.attempt,
-                    reason="ranks_started",
-                    message=_started_message(record),
-                    precision=record["precision"],
-                    allreduce_dtype=record["allreduce_dtype"],
-                    total_steps=record["total_steps"],
-                    started_at=job.started_at or utcnow(),
-                )
-            elif kind == "metrics":
-                for name, value in record["values"].items():
-                    metric_rows.append(
-                        {
-                            "job_id": job.id,
-                            "attempt": request.attempt,
-                            "step": record["step"],
-                            "name": name,
-                            "value": float(value),
-                            "time": utcnow(),
-                        }
-                    )
-                    latest[name] = float(value)
-            elif kind == "progress":
-                job.step = int(record["step"])
-                job.total_steps = int(record["total_steps"])
-            elif kind == "event":
-                record_event(session, job, record["reason"], record["message"])
-            elif kind == "setup":
-                job.precision = record["precision"]
-                job.allreduce_dtype = record["allreduce_dtype"]
-        if metric_rows:
-            session.execute(insert(Metric), metric_rows)  # one multi-row INSERT per batch
-            job.latest_metrics = latest
-        session.flush()
+        apply_records(session, job, request.attempt, records, attempt.feed, self.settings)
+        ship_logs(session, job, request.attempt, attempt.feed, self.settings)
 
     def _record_outcome(self, session: Session, attempt: RunningAttempt) -> None:
-        self._apply_records(session, attempt, attempt.reader.read_new())
+        self._forward(session, attempt)
         request = attempt.request
         job_id, number = attempt.key
         code = attempt.process.returncode
@@ -290,15 +269,21 @@ class Supervisor:
                 message=f"ran longer than stop.max_runtime_s={request.max_runtime_s}",
                 failure_reason=f"exceeded max_runtime_s={request.max_runtime_s}",
             )
-        elif attempt.stop_reason in ("superseded", "shutdown"):
-            if attempt.stop_reason == "shutdown":
-                requeue_or_fail(
-                    session,
-                    job_id,
-                    number,
-                    reason="node_shutdown",
-                    message=f"node {self.settings.node_name} shut down",
-                )
+        elif attempt.stop_reason == "preempt":
+            where = (
+                f"checkpointed at step {attempt.feed.preempted_at_step}"
+                if attempt.feed.preempted_at_step is not None
+                else "stopped before it could checkpoint; resumes from its last checkpoint"
+            )
+            transition(
+                session,
+                job_id,
+                JobState.QUEUED,
+                from_states={JobState.PREEMPTED},
+                attempt=number,
+                reason="requeued_after_preemption",
+                message=f"{where}; back in the queue",
+            )
         elif code == 0:
             transition(
                 session,
@@ -339,15 +324,6 @@ class Supervisor:
             message=f"the ranks on node {self.settings.node_name} exited with code {code} "
             f"without an error report (killed or out of memory?)",
         )
-
-
-def _started_message(record: dict[str, Any]) -> str:
-    resumed = record.get("resumed_from_step") or 0
-    where = f", resumed at step {resumed}" if resumed else ""
-    return (
-        f"{record['world_size']} ranks on {record['backend']}, {record['precision']} compute, "
-        f"{record['allreduce_dtype']} AllReduce{where}"
-    )
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -80,3 +80,22 @@ def test_training_error_fails_with_an_actionable_reason(fleet: Fleet) -> None:
     assert "smaller than one batch per rank" in failed["failure_reason"]
     assert failed["failure_reason"].startswith("rank ")
     assert rank_processes(job["id"]) == []
+
+
+def test_logs_of_every_rank_are_kept_and_followable(fleet: Fleet) -> None:
+    job = fleet.submit(job_spec(stop={"max_steps": 60}, log_every_steps=10))
+    fleet.wait_for_state(job["id"], {"SUCCEEDED"})
+    page = fleet.http.get(f"/v1/jobs/{job['id']}/logs").json()
+    ranks = {line["rank"] for line in page["items"]}
+    assert ranks == {0, 1}
+    assert any("step 60/60" in line["line"] for line in page["items"])
+    only_one = fleet.http.get(f"/v1/jobs/{job['id']}/logs", params={"rank": 1}).json()
+    assert {line["rank"] for line in only_one["items"]} == {1}
+    tail = fleet.http.get(f"/v1/jobs/{job['id']}/logs", params={"tail": 2}).json()["items"]
+    assert [line["id"] for line in tail] == [line["id"] for line in page["items"][-2:]]
+    with fleet.http.stream(
+        "GET", f"/v1/jobs/{job['id']}/logs", headers={"Accept": "text/event-stream"}
+    ) as stream:
+        body = "".join(stream.iter_text())
+    assert "event: logs" in body
+    assert body.rstrip().endswith('data: {"state":"SUCCEEDED"}')

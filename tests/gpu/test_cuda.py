@@ -31,8 +31,9 @@ def nccl() -> Iterator[torch.device]:
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
     with tempfile.TemporaryDirectory() as tmp:
-        dist.init_process_group("nccl", init_method=f"file://{tmp}/init", rank=0,
-                                world_size=1, device_id=device)
+        dist.init_process_group(
+            "nccl", init_method=f"file://{tmp}/init", rank=0, world_size=1, device_id=device
+        )
         yield device
         dist.destroy_process_group()
 
@@ -71,20 +72,32 @@ def _trainer(device: torch.device, precision: str, out: Path, steps: int) -> Tra
     torch.manual_seed(0)
     task = build(DigitsHyperparameters(), RecipeContext(0, 1, device, 0))
     cfg = LoopConfig(
-        max_steps=steps, epochs=None, requested_precision=precision,
-        requested_allreduce_dtype="auto", precision=resolve_precision(precision, device),
-        allreduce_dtype=resolve_allreduce_dtype("auto", resolve_precision(precision, device),
-                                                "nccl"),
-        backend="nccl", device=device, rank=0, world_size=1, seed=0, eval_every_steps=0,
-        log_every_steps=1, checkpoint_every_steps=0, keep_last_checkpoints=1,
+        max_steps=steps,
+        epochs=None,
+        requested_precision=precision,
+        requested_allreduce_dtype="auto",
+        precision=resolve_precision(precision, device),
+        allreduce_dtype=resolve_allreduce_dtype(
+            "auto", resolve_precision(precision, device), "nccl"
+        ),
+        backend="nccl",
+        device=device,
+        rank=0,
+        world_size=1,
+        seed=0,
+        eval_every_steps=0,
+        log_every_steps=1,
+        checkpoint_every_steps=0,
+        keep_last_checkpoints=1,
         checkpoint_dir=out / "checkpoints",
     )
     return Trainer(task, cfg, RecordWriter(out / "events.jsonl", 0.0))
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16", "auto"])
-def test_trainer_on_cuda_reaches_accuracy(nccl: torch.device, precision: str,
-                                          tmp_path: Path) -> None:
+def test_trainer_on_cuda_reaches_accuracy(
+    nccl: torch.device, precision: str, tmp_path: Path
+) -> None:
     trainer = _trainer(nccl, precision, tmp_path, steps=200)
     result = trainer.run()
     trainer.writer.close()  # type: ignore[union-attr]
@@ -112,8 +125,9 @@ def test_fp16_grad_scaler_skips_an_inf_step_on_cuda(nccl: torch.device, tmp_path
     trainer.run()
     trainer.writer.close()  # type: ignore[union-attr]
     records = RecordReader(tmp_path / "events.jsonl").read_new()
-    by_step = {r["step"]: r["values"] for r in records if r["kind"] == "metrics"
-               and "loss" in r["values"]}
+    by_step = {
+        r["step"]: r["values"] for r in records if r["kind"] == "metrics" and "loss" in r["values"]
+    }
     assert by_step[3]["skipped_steps"] == 0
     assert by_step[4]["skipped_steps"] == 1
     assert by_step[4]["loss_scale"] == by_step[3]["loss_scale"] / 2

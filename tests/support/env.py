@@ -20,6 +20,7 @@ def reset_caches() -> None:
         settings.get_settings,
         db.get_engine,
         db.get_sessionmaker,
+        db.get_read_sessionmaker,
         messaging.get_celery,
         recipes.installed_recipes,
     ):

@@ -79,6 +79,15 @@ class Fleet:
             capture_output=True,
             cwd=self.root,
         )
+        self.admin_key = subprocess.run(
+            [sys.executable, "-m", "ampfleet.cli", "bootstrap-key"],
+            env=self.env,
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=self.root,
+        ).stdout.strip()
+        self.http.headers["Authorization"] = f"Bearer {self.admin_key}"
         self._spawn("api", ["api"])
         self._spawn("scheduler", ["scheduler"])
         for node in self.node_names:

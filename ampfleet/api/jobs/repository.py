@@ -4,14 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ampfleet.core.models import Job, JobEvent, Metric
+from ampfleet.core.models import Job, JobEvent, Node
+from ampfleet.core.states import JobState
 
 
 def get(session: Session, job_id: str) -> Job | None:
     return session.get(Job, job_id)
+
+
+def nodes(session: Session) -> list[Node]:
+    return list(session.scalars(select(Node)))
+
+
+def count_queued(session: Session, project: str) -> int:
+    return (
+        session.scalar(
+            select(func.count()).where(Job.project == project, Job.state == JobState.QUEUED)
+        )
+        or 0
+    )
 
 
 def get_by_idempotency_key(session: Session, project: str, key: str) -> Job | None:
@@ -48,22 +62,3 @@ def events(session: Session, job_id: str, after_id: int, limit: int) -> list[Job
             .limit(limit)
         )
     )
-
-
-def metrics(
-    session: Session,
-    job_id: str,
-    *,
-    names: Sequence[str],
-    from_step: int | None,
-    to_step: int | None,
-    limit: int,
-) -> list[Metric]:
-    stmt = select(Metric).where(Metric.job_id == job_id)
-    if names:
-        stmt = stmt.where(Metric.name.in_(names))
-    if from_step is not None:
-        stmt = stmt.where(Metric.step >= from_step)
-    if to_step is not None:
-        stmt = stmt.where(Metric.step <= to_step)
-    return list(session.scalars(stmt.order_by(Metric.name, Metric.step, Metric.id).limit(limit)))

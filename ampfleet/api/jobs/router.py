@@ -8,7 +8,9 @@ import re
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
+from fastapi.responses import StreamingResponse
 
+from ampfleet.api.auth import CurrentPrincipal
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import UnprocessableError, responses
 from ampfleet.api.jobs import repository, service
@@ -17,17 +19,17 @@ from ampfleet.api.jobs.schemas import (
     EventOut,
     JobOut,
     JobPage,
-    MetricPoint,
-    MetricSeries,
-    MetricsOut,
+    JobPatch,
 )
+from ampfleet.api.jobs.stream import stream_job
+from ampfleet.api.streaming import SSE_MEDIA_TYPE, wants_stream
 from ampfleet.core.messaging import wake_scheduler
+from ampfleet.core.settings import get_settings
 from ampfleet.core.spec import JobSpec
 from ampfleet.core.states import JobState
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
-MAX_METRIC_POINTS = 100_000
 JOB_ID = re.compile(r"job_[0-9a-z]{26}")
 
 
@@ -35,18 +37,24 @@ JOB_ID = re.compile(r"job_[0-9a-z]{26}")
     "",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobOut,
-    responses=responses(413, 422, 503),
+    responses=responses(401, 403, 413, 422, 429, 503),
     summary="Submit a training job",
+    description="Refused with 422 when the job can never fit the fleet as registered "
+    "(requested vs the largest matching node), with 429 when its project's queue is full.",
 )
 def submit_job(
     spec: JobSpec,
     session: SessionDep,
+    principal: CurrentPrincipal,
     response: Response,
     idempotency_key: Annotated[
         str | None,
         Header(max_length=128, description="Same key and body return the same job."),
     ] = None,
 ) -> JobOut:
+    if "project" not in spec.model_fields_set:
+        spec = spec.model_copy(update={"project": principal.project})
+    principal.check_can_write(spec.project)
     job, created = service.submit(session, spec, idempotency_key)
     session.commit()  # the job must be durable before the scheduler is woken for it
     if created:
@@ -57,14 +65,19 @@ def submit_job(
     return service.to_out(job)
 
 
-@router.get("", response_model=JobPage, responses=responses(422), summary="List jobs")
+@router.get("", response_model=JobPage, responses=responses(401, 403, 422), summary="List jobs")
 def list_jobs(
     session: SessionDep,
+    principal: CurrentPrincipal,
     state: Annotated[list[JobState] | None, Query(description="Repeat to match any.")] = None,
     project: Annotated[str | None, Query(max_length=64)] = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> JobPage:
+    if not principal.is_admin:
+        if project not in (None, principal.project):
+            return JobPage(items=[], next_cursor=None)  # other projects' jobs do not exist
+        project = principal.project
     jobs = repository.page(
         session,
         states=[s.value for s in state or []],
@@ -76,72 +89,74 @@ def list_jobs(
     return JobPage(items=[service.to_out(j) for j in jobs[:limit]], next_cursor=next_cursor)
 
 
-@router.get("/{job_id}", response_model=JobOut, responses=responses(404), summary="Get a job")
-def get_job(job_id: str, session: SessionDep) -> JobOut:
-    return service.to_out(service.get(session, job_id))
+@router.get(
+    "/{job_id}", response_model=JobOut, responses=responses(401, 403, 404), summary="Get a job"
+)
+def get_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) -> JobOut:
+    return service.to_out(service.get(session, job_id, principal))
+
+
+@router.patch(
+    "/{job_id}",
+    response_model=JobOut,
+    responses=responses(401, 403, 404, 409, 422),
+    summary="Change a job's priority",
+)
+def patch_job(
+    job_id: str, patch: JobPatch, session: SessionDep, principal: CurrentPrincipal
+) -> JobOut:
+    job = service.change_priority(session, job_id, patch.priority, principal)
+    session.commit()
+    wake_scheduler()
+    return service.to_out(job)
 
 
 @router.post(
     "/{job_id}/cancel",
     response_model=JobOut,
     status_code=status.HTTP_202_ACCEPTED,
-    responses=responses(404, 409),
+    responses=responses(401, 403, 404, 409),
     summary="Cancel a job",
     description="A job not yet placed ends CANCELLED at once; a placed one goes CANCELLING "
     "while its node stops every rank, then CANCELLED. Cancelling twice is harmless.",
 )
-def cancel_job(job_id: str, session: SessionDep) -> JobOut:
-    return service.to_out(service.cancel(session, job_id))
+def cancel_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) -> JobOut:
+    return service.to_out(service.cancel(session, job_id, principal))
 
 
 @router.get(
     "/{job_id}/events",
     response_model=EventList,
-    responses=responses(404, 422),
-    summary="State transitions and other events, oldest first",
+    responses={
+        **responses(401, 403, 404, 422),
+        200: {
+            "description": "JSON list; or, with `Accept: text/event-stream`, a live stream "
+            "of `state`, `event`, `progress`, `metrics` and a final `end` event, resumable "
+            "with `Last-Event-ID`.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+    },
+    summary="State transitions and other events: a list, or a live stream (SSE)",
 )
 def job_events(
     job_id: str,
     session: SessionDep,
+    principal: CurrentPrincipal,
     after: Annotated[int, Query(ge=0, description="Only events with a larger id.")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
-) -> EventList:
-    service.get(session, job_id)
+    accept: Annotated[str | None, Header()] = None,
+    last_event_id: Annotated[str | None, Header(max_length=64)] = None,
+) -> EventList | StreamingResponse:
+    service.get(session, job_id, principal)
+    if wants_stream(accept):
+        session.close()  # the stream reads with sessions of its own, for as long as it lasts
+        return StreamingResponse(
+            stream_job(job_id, last_event_id, get_settings().stream_poll_s),
+            media_type=SSE_MEDIA_TYPE,
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
     events = repository.events(session, job_id, after, limit)
     return EventList(items=[EventOut.model_validate(e, from_attributes=True) for e in events])
-
-
-@router.get(
-    "/{job_id}/metrics",
-    response_model=MetricsOut,
-    responses=responses(404, 422),
-    summary="Metric series of a job",
-)
-def job_metrics(
-    job_id: str,
-    session: SessionDep,
-    names: Annotated[str | None, Query(description="Comma-separated metric names.")] = None,
-    from_step: Annotated[int | None, Query(ge=0)] = None,
-    to_step: Annotated[int | None, Query(ge=0)] = None,
-) -> MetricsOut:
-    service.get(session, job_id)
-    wanted = [n.strip() for n in names.split(",") if n.strip()] if names else []
-    rows = repository.metrics(
-        session,
-        job_id,
-        names=wanted,
-        from_step=from_step,
-        to_step=to_step,
-        limit=MAX_METRIC_POINTS,
-    )
-    series: dict[str, list[MetricPoint]] = {}
-    for row in rows:
-        series.setdefault(row.name, []).append(
-            MetricPoint(step=row.step, value=row.value, time=row.time)
-        )
-    return MetricsOut(
-        job_id=job_id, series=[MetricSeries(name=n, points=p) for n, p in series.items()]
-    )
 
 
 def _encode_cursor(job_id: str) -> str:

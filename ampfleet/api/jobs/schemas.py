@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ampfleet.core.spec import Precision, Priority
 from ampfleet.core.states import JobState
@@ -23,6 +23,17 @@ class PrecisionSetting(BaseModel):
     effective: str | None = Field(description="What the run actually uses, once it started.")
 
 
+class QueueInfo(BaseModel):
+    """Why a queued job is not running, as the scheduler saw it on its last pass."""
+
+    position: int | None = Field(description="1-based place in the queue order.")
+    pending_reason: str | None
+    estimated_start_at: datetime | None = Field(
+        description="From running jobs' progress; null when it cannot be estimated."
+    )
+    not_before: datetime | None = Field(description="Restart backoff: not placed before.")
+
+
 class JobOut(BaseModel):
     id: str
     name: str | None
@@ -32,6 +43,7 @@ class JobOut(BaseModel):
     attempt: int = Field(description="Placements so far; a restart increments it.")
     priority: Priority
     progress: Progress
+    queue: QueueInfo | None = Field(description="Present while the job waits in the queue.")
     latest_metrics: dict[str, float]
     precision: PrecisionSetting
     allreduce_dtype: PrecisionSetting
@@ -43,6 +55,12 @@ class JobOut(BaseModel):
     scheduled_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+
+
+class JobPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    priority: Priority = Field(description="New priority class; applies from the next pass.")
 
 
 class JobPage(BaseModel):
@@ -64,19 +82,3 @@ class EventOut(BaseModel):
 
 class EventList(BaseModel):
     items: list[EventOut]
-
-
-class MetricPoint(BaseModel):
-    step: int
-    value: float
-    time: datetime
-
-
-class MetricSeries(BaseModel):
-    name: str
-    points: list[MetricPoint]
-
-
-class MetricsOut(BaseModel):
-    job_id: str
-    series: list[MetricSeries]

@@ -11,12 +11,20 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ampfleet.api.errors import ConflictError, ErrorDetail, NotFoundError, UnprocessableError
+from ampfleet.api.auth import Principal
+from ampfleet.api.errors import (
+    ConflictError,
+    ErrorDetail,
+    NotFoundError,
+    TooManyRequestsError,
+    UnprocessableError,
+)
 from ampfleet.api.jobs import repository
-from ampfleet.api.jobs.schemas import JobOut, PrecisionSetting, Progress
+from ampfleet.api.jobs.schemas import JobOut, PrecisionSetting, Progress, QueueInfo
+from ampfleet.core.fleet import fits_fleet, job_request_of, node_view
 from ampfleet.core.ids import new_id
-from ampfleet.core.lifecycle import transition
-from ampfleet.core.models import Job, JobEvent
+from ampfleet.core.lifecycle import record_event, transition
+from ampfleet.core.models import Job, JobEvent, Project
 from ampfleet.core.recipes import UnknownRecipeError, get_recipe
 from ampfleet.core.spec import JobSpec, Precision, Priority
 from ampfleet.core.states import JobState
@@ -51,6 +59,21 @@ def request_fingerprint(spec: JobSpec) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def admit(session: Session, spec: JobSpec) -> None:
+    """Refuse what can never run on the fleet as registered, or what is over its queue quota."""
+    refusal = fits_fleet(job_request_of(spec), [node_view(n) for n in repository.nodes(session)])
+    if refusal:
+        raise UnprocessableError.for_field("resources", refusal)
+    project = session.get(Project, spec.project)
+    if project is not None and project.max_queued_jobs is not None:
+        queued = repository.count_queued(session, spec.project)
+        if queued >= project.max_queued_jobs:
+            raise TooManyRequestsError(
+                f"project {spec.project} has {queued} queued jobs, its limit is "
+                f"{project.max_queued_jobs}; retry when some have started"
+            )
+
+
 def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tuple[Job, bool]:
     """Queue a job; returns (job, created). A repeated idempotency key returns the first job."""
     fingerprint = request_fingerprint(spec)
@@ -59,6 +82,7 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
         if existing is not None:
             return _same_request_or_refuse(existing, fingerprint), False
     resolved = resolve(spec)
+    admit(session, spec)
     job = Job(
         id=new_id("job"),
         project=spec.project,
@@ -112,16 +136,32 @@ def _same_request_or_refuse(existing: Job, fingerprint: str) -> Job:
     return existing
 
 
-def get(session: Session, job_id: str) -> Job:
+def get(session: Session, job_id: str, principal: Principal) -> Job:
     job = repository.get(session, job_id)
     if job is None:
         raise NotFoundError(f"job {job_id} not found")
+    principal.check_visible(job.project, f"job {job_id}")
     return job
 
 
-def cancel(session: Session, job_id: str) -> Job:
+def change_priority(session: Session, job_id: str, priority: Priority, principal: Principal) -> Job:
+    job = get(session, job_id, principal)
+    principal.check_can_write(job.project)
+    if JobState(job.state).is_terminal():
+        raise ConflictError(f"job {job_id} is already {job.state}")
+    previous = job.resolved["priority"]
+    if previous != priority.value:
+        job.priority = priority.rank
+        job.resolved = {**job.resolved, "priority": priority.value}
+        record_event(session, job, "priority_changed", f"{previous} -> {priority.value}")
+        session.flush()
+    return job
+
+
+def cancel(session: Session, job_id: str, principal: Principal) -> Job:
     """Not yet placed: CANCELLED at once. Placed: CANCELLING; its node stops every rank."""
-    job = get(session, job_id)
+    job = get(session, job_id, principal)
+    principal.check_can_write(job.project)
     state = JobState(job.state)
     if state is JobState.CANCELLING:
         return job
@@ -168,6 +208,14 @@ def to_out(job: Job, now: datetime | None = None) -> JobOut:
         attempt=job.attempt,
         priority=Priority(resolved["priority"]),
         progress=Progress(step=job.step, total_steps=total, fraction=fraction, eta_seconds=eta),
+        queue=QueueInfo(
+            position=job.queue_position,
+            pending_reason=job.pending_reason,
+            estimated_start_at=job.estimated_start_at,
+            not_before=job.not_before,
+        )
+        if job.state == JobState.QUEUED
+        else None,
         latest_metrics=job.latest_metrics or {},
         precision=PrecisionSetting(
             requested=Precision(resolved["precision"]), effective=job.precision

@@ -23,3 +23,8 @@ class NodeOut(BaseModel):
 
 class NodeList(BaseModel):
     items: list[NodeOut]
+
+
+class DrainOut(BaseModel):
+    node: NodeOut
+    preempted_jobs: list[str] = Field(description="Jobs asked to checkpoint and requeue.")

@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 import traceback
 from datetime import timedelta
@@ -96,8 +97,11 @@ def run(run_dir: RunDir, rank: int, world_size: int, local_rank: int) -> None:
         checkpoint_dir=Path(job["checkpoint_dir"]),
     )
     writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
+    preempt = threading.Event()
+    # The node agent preempts with SIGUSR1 (the launcher ignores it): checkpoint, then exit.
+    signal.signal(signal.SIGUSR1, lambda _signum, _frame: preempt.set())
     try:
-        Trainer(task, config, writer).run()
+        Trainer(task, config, writer, stop_requested=preempt.is_set).run()
         if writer:
             writer.write("finished")
     finally:
@@ -117,10 +121,23 @@ def write_failure(run_dir: RunDir, rank: int, exc: BaseException) -> None:
     run_dir.failure_file(rank).write_text(json.dumps(record))
 
 
+def capture_output(run_dir: RunDir, rank: int) -> None:
+    """Send this rank's stdout and stderr (Python's and native libraries' alike) to its own
+    files; the node agent ships them to the database as they grow."""
+    run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
+    for fd, stream in ((1, "stdout"), (2, "stderr")):
+        target = os.open(run_dir.rank_log(rank, stream), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.dup2(target, fd)
+        os.close(target)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+
+
 def main(argv: list[str]) -> int:
     die_with_parent()
     run_dir = RunDir(Path(argv[1]))
     rank = int(os.environ["RANK"])
+    capture_output(run_dir, rank)
     try:
         run(run_dir, rank, int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
         return 0

@@ -23,7 +23,7 @@ class RankFailedError(RuntimeError):
     pass
 
 
-def _worker(  # noqa: PLR0917 - spawn passes arguments positionally
+def _worker(  # spawn passes its arguments positionally
     rank: int,
     world_size: int,
     init_file: str,

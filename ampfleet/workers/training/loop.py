@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,8 +88,15 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
 
 
 class Trainer:
-    def __init__(self, task: TrainingTask, cfg: LoopConfig, writer: RecordWriter | None) -> None:
+    def __init__(
+        self,
+        task: TrainingTask,
+        cfg: LoopConfig,
+        writer: RecordWriter | None,
+        stop_requested: Callable[[], bool] | None = None,
+    ) -> None:
         self.task = task
+        self.stop_requested = stop_requested or (lambda: False)
         self.cfg = cfg
         self.writer = writer
         self.device = cfg.device
@@ -160,6 +167,12 @@ class Trainer:
             backend=self.cfg.backend,
             **self._setup(),
         )
+        print(
+            f"rank {self.cfg.rank}/{self.cfg.world_size} on {self.device} ({self.cfg.backend}): "
+            f"{self.precision} compute, {self.comm.dtype_name} AllReduce, "
+            f"{self.total_steps} steps from step {self.step}",
+            flush=True,
+        )
         last: dict[str, float] = {}
         while self.step < self.total_steps:
             try:
@@ -170,6 +183,11 @@ class Trainer:
             if metrics:
                 last = metrics
             self._after_step()
+            if self._stop_agreed():
+                # Preempted: leave a checkpoint at this exact step and exit cleanly.
+                self._save()
+                self._record("preempted", step=self.step)
+                return last
         final = self.evaluate()
         self._record("metrics", step=self.step, values=final)
         self._save()
@@ -243,6 +261,12 @@ class Trainer:
         if self.comm.last_relative_error is not None:
             metrics["allreduce_relative_error"] = self.comm.last_relative_error
         self._record("metrics", step=self.step, values=metrics)
+        if cfg.rank == 0:
+            print(
+                f"step {self.step}/{self.total_steps} loss {metrics['loss']:.4f} "
+                f"lr {lr:.2e} {metrics['samples_per_s']:.0f} samples/s",
+                flush=True,
+            )
         self._record("progress", step=self.step, total_steps=self.total_steps)
         return metrics
 
@@ -265,6 +289,13 @@ class Trainer:
         if self.checkpoint_owed and self.nonfinite_streak == 0:
             self._save()
             self.checkpoint_owed = False
+
+    def _stop_agreed(self) -> bool:
+        """Ranks get the stop signal at slightly different moments; they must all stop
+        after the same step, so the flag goes through a (one-element) MAX all_reduce."""
+        flag = torch.tensor([1.0 if self.stop_requested() else 0.0], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
 
     # -- precision fallback ---------------------------------------------------------------
 

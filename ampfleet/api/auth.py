@@ -1,0 +1,118 @@
+"""Who is calling: API keys, roles, the one ownership check, and a per-key rate limit."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import Depends, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from ampfleet.api.deps import SessionDep
+from ampfleet.api.errors import (
+    AmpfleetError,
+    NotFoundError,
+    TooManyRequestsError,
+)
+from ampfleet.core.keys import Role, verify
+from ampfleet.core.models import utcnow
+from ampfleet.core.settings import get_settings
+
+bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer amp_...`")
+api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False)
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class UnauthorizedError(AmpfleetError):
+    status_code = 401
+    code = "unauthorized"
+
+
+class ForbiddenError(AmpfleetError):
+    status_code = 403
+    code = "forbidden"
+
+
+@dataclass(frozen=True)
+class Principal:
+    key_id: str
+    project: str
+    role: Role
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role is Role.ADMIN
+
+    def sees(self, project: str) -> bool:
+        return self.is_admin or project == self.project
+
+    def check_visible(self, project: str, what: str) -> None:
+        """The ownership check, written once: another project's objects do not exist."""
+        if not self.sees(project):
+            raise NotFoundError(f"{what} not found")
+
+    def check_can_write(self, project: str) -> None:
+        if not self.sees(project):
+            raise ForbiddenError(f"this key belongs to project {self.project}, not {project}")
+        if self.role is Role.READ:
+            raise ForbiddenError("this key is read-only")
+
+
+class RateLimiter:
+    """A token bucket per key, in this API process."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key_id: str, rate: float, burst: float) -> float:
+        """0 if the request may go now, else seconds until it may."""
+        now = time.monotonic()
+        with self._lock:
+            tokens, last = self._buckets.get(key_id, (burst, now))
+            tokens = min(burst, tokens + (now - last) * rate)
+            if tokens < 1.0:
+                self._buckets[key_id] = (tokens, now)
+                return (1.0 - tokens) / rate
+            self._buckets[key_id] = (tokens - 1.0, now)
+            return 0.0
+
+
+rate_limiter = RateLimiter()
+
+
+def current_principal(
+    session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+    header_key: Annotated[str | None, Security(api_key_header)],
+) -> Principal:
+    presented = credentials.credentials if credentials else header_key
+    if not presented:
+        raise UnauthorizedError("an API key is required: Authorization: Bearer <key>")
+    settings = get_settings()
+    row = verify(session, presented, settings.secret_key)
+    if row is None:
+        raise UnauthorizedError("the API key is not valid or has been revoked")
+    wait = rate_limiter.take(row.id, settings.rate_limit_per_s, settings.rate_limit_burst)
+    if wait:
+        raise TooManyRequestsError(
+            f"rate limit of {settings.rate_limit_per_s:g} requests/s for this key",
+            retry_after_s=max(1, round(wait + 0.5)),
+        )
+    now = utcnow()
+    if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
+        row.last_used_at = now  # written at most once a minute per key
+    return Principal(key_id=row.id, project=row.project, role=Role(row.role))
+
+
+def admin_principal(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+    if not principal.is_admin:
+        raise ForbiddenError("this needs an admin key")
+    return principal
+
+
+CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
+AdminPrincipal = Annotated[Principal, Depends(admin_principal)]

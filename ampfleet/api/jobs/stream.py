@@ -1,0 +1,104 @@
+"""A job's live stream: state changes and other events, progress, and metrics as they land.
+
+Each frame's id is `<last event id>:<last metric id>`; a client that reconnects with that
+as `Last-Event-ID` gets everything after it and nothing twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from ampfleet.api.errors import UnprocessableError
+from ampfleet.api.jobs import repository
+from ampfleet.api.jobs.schemas import EventOut
+from ampfleet.api.streaming import frame, poll_stream
+from ampfleet.core.db import get_read_sessionmaker
+from ampfleet.core.models import Job, Metric
+from ampfleet.core.states import JobState
+
+BATCH = 2000
+
+
+@dataclass
+class Cursor:
+    event_id: int = 0
+    metric_id: int = 0
+
+    @classmethod
+    def parse(cls, value: str | None) -> Cursor:
+        if not value:
+            return cls()
+        try:
+            event_id, metric_id = (int(part) for part in value.split(":", 1))
+        except ValueError:
+            raise UnprocessableError.for_field(
+                "Last-Event-ID", "expected '<event id>:<metric id>' from an earlier frame"
+            ) from None
+        return cls(max(event_id, 0), max(metric_id, 0))
+
+    def __str__(self) -> str:
+        return f"{self.event_id}:{self.metric_id}"
+
+
+class JobStream:
+    def __init__(self, job_id: str, cursor: Cursor) -> None:
+        self.job_id = job_id
+        self.cursor = cursor
+        self.progress: tuple[int, int | None, str] | None = None
+
+    def step(self) -> tuple[list[bytes], bool]:
+        with get_read_sessionmaker()() as session:
+            job = session.get(Job, self.job_id)
+            if job is None:
+                return [], True
+            frames = []
+            events = repository.events(session, self.job_id, self.cursor.event_id, BATCH)
+            for event in events:
+                self.cursor.event_id = event.id
+                kind = "state" if event.kind == "transition" else "event"
+                frames.append(
+                    frame(
+                        kind,
+                        EventOut.model_validate(event, from_attributes=True).model_dump(
+                            mode="json"
+                        ),
+                        str(self.cursor),
+                    )
+                )
+            metrics = session.execute(
+                select(Metric.id, Metric.step, Metric.name, Metric.value)
+                .where(Metric.job_id == self.job_id, Metric.id > self.cursor.metric_id)
+                .order_by(Metric.id)
+                .limit(BATCH)
+            ).all()
+            if metrics:
+                self.cursor.metric_id = metrics[-1].id
+                points = [{"step": m.step, "name": m.name, "value": m.value} for m in metrics]
+                frames.append(frame("metrics", {"points": points}, str(self.cursor)))
+            progress = (job.step, job.total_steps, job.state)
+            if progress != self.progress:
+                self.progress = progress
+                frames.append(
+                    frame(
+                        "progress",
+                        {
+                            "state": job.state,
+                            "step": job.step,
+                            "total_steps": job.total_steps,
+                            "latest_metrics": job.latest_metrics,
+                        },
+                        str(self.cursor),
+                    )
+                )
+            # Over once the job is terminal and a poll found nothing new left to send.
+            finished = JobState(job.state).is_terminal() and not events and not metrics
+            if finished:
+                frames.append(frame("end", {"state": job.state}, str(self.cursor)))
+            return frames, finished
+
+
+def stream_job(job_id: str, last_event_id: str | None, poll_s: float) -> AsyncIterator[bytes]:
+    return poll_stream(JobStream(job_id, Cursor.parse(last_event_id)).step, poll_s)

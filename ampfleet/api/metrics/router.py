@@ -1,0 +1,90 @@
+"""A job's metric series, downsampled on the server: a million points come back as at
+most `max_points` (min, max and mean per equal-width step bucket), with a summary."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from sqlalchemy.orm import Session
+
+from ampfleet.api.auth import CurrentPrincipal
+from ampfleet.api.deps import SessionDep
+from ampfleet.api.errors import UnprocessableError, responses
+from ampfleet.api.jobs import service as jobs
+from ampfleet.api.metrics import repository
+from ampfleet.api.metrics.schemas import MetricPoint, MetricSeries, MetricsOut, SeriesSummary
+
+router = APIRouter(prefix="/v1/jobs", tags=["metrics"])
+HIGHER_IS_BETTER = re.compile(r"acc|accuracy|auc|f1|precision|recall|score|samples_per_s")
+MAX_NAMES = 50
+
+
+@router.get(
+    "/{job_id}/metrics",
+    response_model=MetricsOut,
+    responses=responses(401, 404, 422),
+    summary="Metric series of a job, downsampled to at most max_points per series",
+)
+def job_metrics(
+    job_id: str,
+    session: SessionDep,
+    principal: CurrentPrincipal,
+    names: Annotated[str | None, Query(max_length=2000, description="Comma-separated.")] = None,
+    from_step: Annotated[int | None, Query(ge=0)] = None,
+    to_step: Annotated[int | None, Query(ge=0)] = None,
+    max_points: Annotated[int, Query(ge=2, le=100_000)] = 1000,
+) -> MetricsOut:
+    jobs.get(session, job_id, principal)
+    wanted = [n.strip() for n in names.split(",") if n.strip()] if names else []
+    if len(wanted) > MAX_NAMES:
+        raise UnprocessableError.for_field("names", f"at most {MAX_NAMES} names")
+    if from_step is not None and to_step is not None and from_step > to_step:
+        raise UnprocessableError.for_field("from_step", "must not be greater than to_step")
+    series = [
+        _series(session, job_id, stats, from_step, to_step, max_points)
+        for stats in repository.stats(session, job_id, wanted, from_step, to_step)
+    ]
+    return MetricsOut(job_id=job_id, series=series)
+
+
+def _series(
+    session: Session,
+    job_id: str,
+    stats: repository.SeriesStats,
+    lo: int | None,
+    hi: int | None,
+    max_points: int,
+) -> MetricSeries:
+    if stats.count <= max_points:
+        points = [
+            MetricPoint(step=step, value=value)
+            for step, value in repository.points(session, job_id, stats.name, lo, hi)
+        ]
+        downsampled = False
+    else:
+        width = max(1, math.ceil((stats.last_step - stats.first_step + 1) / max_points))
+        points = [
+            MetricPoint(step=b.step, value=b.mean, min=b.minimum, max=b.maximum, count=b.count)
+            for b in repository.buckets(session, job_id, stats, width, lo, hi)
+        ]
+        downsampled = True
+    goal = "max" if HIGHER_IS_BETTER.search(stats.name) else "min"
+    best = stats.maximum if goal == "max" else stats.minimum
+    return MetricSeries(
+        name=stats.name,
+        downsampled=downsampled,
+        points=points,
+        summary=SeriesSummary(
+            count=stats.count,
+            last=repository.value_at(session, job_id, stats.name, stats.last_step),
+            last_step=stats.last_step,
+            min=stats.minimum,
+            max=stats.maximum,
+            goal=goal,
+            best=best,
+            best_step=repository.best_step(session, job_id, stats.name, best, lo, hi),
+        ),
+    )

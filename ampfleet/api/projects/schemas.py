@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ProjectPolicyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    weight: float = Field(1.0, gt=0, le=1000, description="Fair-share weight.")
+    max_slots: int | None = Field(None, ge=0, description="Concurrent GPUs/slots; null: no cap.")
+    max_queued_jobs: int | None = Field(
+        None, ge=0, description="Queued jobs; beyond it submit gets 429."
+    )
+
+
+class ProjectOut(ProjectPolicyIn):
+    name: str
+    slots_in_use: int
+    queued_jobs: int
+    usage_gpu_seconds: float = Field(description="In the fair-share window.")
+
+
+class ProjectList(BaseModel):
+    items: list[ProjectOut]

@@ -1,0 +1,169 @@
+"""Write one pass's decisions in bulk, inside the pass's transaction.
+
+Placements go in as one fenced UPDATE (only jobs still QUEUED at their read attempt move),
+then the events, allocations and start messages (outbox) of the jobs that did move, each
+as one multi-row INSERT: a few statements per pass, not per job.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import bindparam, insert, tuple_, update
+from sqlalchemy.orm import Session
+
+from ampfleet.core.lifecycle import transition
+from ampfleet.core.messaging import START_ATTEMPT
+from ampfleet.core.models import Allocation, Job, JobEvent, OutboxMessage
+from ampfleet.core.states import JobState
+from ampfleet.scheduler.placement import Decision, Placement, Preemption
+from ampfleet.scheduler.snapshot import Snapshot
+
+
+def apply(session: Session, snapshot: Snapshot, decision: Decision) -> int:
+    placed = _place(session, snapshot, decision.placements)
+    _preempt(session, decision.preemptions)
+    _explain(session, snapshot, decision)
+    return placed
+
+
+CHUNK = 2000  # keeps each statement's parameter count well inside SQLite's limit
+
+
+def _place(session: Session, snapshot: Snapshot, placements: list[Placement]) -> int:
+    return sum(
+        _place_chunk(session, snapshot, placements[i : i + CHUNK])
+        for i in range(0, len(placements), CHUNK)
+    )
+
+
+def _place_chunk(session: Session, snapshot: Snapshot, placements: list[Placement]) -> int:
+    if not placements:
+        return 0
+    now = snapshot.now
+    wanted = {p.job_id: p for p in placements}
+    keys = [(job_id, snapshot.queued[job_id].attempt) for job_id in wanted]
+    moved = session.execute(
+        update(Job)
+        .where(tuple_(Job.id, Job.attempt).in_(keys), Job.state == JobState.QUEUED)
+        .values(
+            state=JobState.SCHEDULED.value,
+            attempt=Job.attempt + 1,
+            scheduled_at=now,
+            updated_at=now,
+            pending_reason=None,
+            queue_position=None,
+            estimated_start_at=None,
+        )
+        .returning(Job.id, Job.attempt)
+        .execution_options(synchronize_session=False)
+    ).all()
+    if not moved:
+        return 0
+    events: list[dict[str, Any]] = []
+    allocations: list[dict[str, Any]] = []
+    messages: list[dict[str, Any]] = []
+    for job_id, attempt in moved:
+        placement = wanted[job_id]
+        where = ", ".join(f"{node} x{slots}" for node, slots in placement.allocations)
+        events.append(
+            {
+                "job_id": job_id,
+                "attempt": attempt,
+                "time": now,
+                "kind": "transition",
+                "from_state": JobState.QUEUED.value,
+                "to_state": JobState.SCHEDULED.value,
+                "reason": "placed",
+                "message": f"attempt {attempt} on {where}",
+            }
+        )
+        for node_rank, (node_id, slots) in enumerate(placement.allocations):
+            allocations.append(
+                {
+                    "job_id": job_id,
+                    "attempt": attempt,
+                    "node_id": node_id,
+                    "node_rank": node_rank,
+                    "slots": slots,
+                    "created_at": now,
+                }
+            )
+            messages.append(
+                {
+                    "queue": snapshot.node_queues[node_id],
+                    "task": START_ATTEMPT,
+                    "kwargs": {"job_id": job_id, "attempt": attempt, "node_rank": node_rank},
+                    "created_at": now,
+                    "send_attempts": 0,
+                }
+            )
+    session.execute(insert(JobEvent), events)
+    session.execute(insert(Allocation), allocations)
+    session.execute(insert(OutboxMessage), messages)
+    return len(moved)
+
+
+def _preempt(session: Session, preemptions: list[Preemption]) -> None:
+    for preemption in preemptions:
+        transition(
+            session,
+            preemption.victim_id,
+            JobState.PREEMPTED,
+            from_states={JobState.SCHEDULED, JobState.STARTING, JobState.RUNNING},
+            reason="preempted",
+            message=f"making room for higher-priority job {preemption.for_job_id}; "
+            "it checkpoints and goes back to the queue",
+        )
+
+
+def _explain(session: Session, snapshot: Snapshot, decision: Decision) -> None:
+    """Store why each job waits; only rows whose explanation changed are written."""
+    changes = []
+    position_offset = len(decision.pending)
+    for job_id, until in snapshot.backing_off.items():
+        position_offset += 1
+        reason = f"restart backoff until {until.astimezone(UTC):%H:%M:%S} UTC"
+        changes.append(_change(snapshot, job_id, (position_offset, reason, until)))
+    for job_id, pending in decision.pending.items():
+        start = (
+            datetime.fromtimestamp(pending.estimated_start, UTC)
+            if pending.estimated_start is not None
+            else None
+        )
+        changes.append(_change(snapshot, job_id, (pending.position, pending.reason, start)))
+    rows = [c for c in changes if c is not None]
+    if rows:
+        session.execute(
+            update(Job)
+            .where(Job.id == bindparam("b_id"), Job.state == JobState.QUEUED)
+            .values(
+                queue_position=bindparam("b_position"),
+                pending_reason=bindparam("b_reason"),
+                estimated_start_at=bindparam("b_start"),
+            )
+            .execution_options(synchronize_session=False),
+            rows,
+        )
+
+
+def _change(
+    snapshot: Snapshot, job_id: str, explanation: tuple[int | None, str | None, datetime | None]
+) -> dict[str, Any] | None:
+    previous = snapshot.queued[job_id].pending
+    if _same(previous, explanation):
+        return None
+    position, reason, start = explanation
+    return {"b_id": job_id, "b_position": position, "b_reason": reason, "b_start": start}
+
+
+def _same(
+    a: tuple[int | None, str | None, datetime | None],
+    b: tuple[int | None, str | None, datetime | None],
+) -> bool:
+    if a[0] != b[0] or a[1] != b[1]:
+        return False
+    if a[2] is None or b[2] is None:
+        return a[2] is b[2]
+    return abs((a[2] - b[2]).total_seconds()) < 30  # estimates drift; do not churn rows

@@ -1,0 +1,82 @@
+"""The live event stream (SSE) and its resumption with Last-Event-ID."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi.testclient import TestClient
+from sqlalchemy import insert
+
+from ampfleet.core.db import session_scope
+from ampfleet.core.models import Metric, utcnow
+from tests.factories import job_spec
+
+SSE = {"Accept": "text/event-stream"}
+
+
+def read_frames(client: TestClient, job_id: str, headers: dict[str, str]) -> list[dict]:
+    frames = []
+    with client.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        current: dict = {}
+        for line in response.iter_lines():
+            if not line:
+                if current:
+                    frames.append(current)
+                current = {}
+                continue
+            if line.startswith(":"):
+                continue
+            field, _, value = line.partition(": ")
+            current[field] = json.loads(value) if field == "data" else value
+    return frames
+
+
+def test_stream_sends_states_metrics_progress_then_ends(client: TestClient) -> None:
+    job = client.post("/v1/jobs", json=job_spec()).json()
+    with session_scope() as session:
+        session.execute(
+            insert(Metric),
+            [
+                {
+                    "job_id": job["id"],
+                    "attempt": 1,
+                    "step": s,
+                    "name": "loss",
+                    "value": 1.0 / s,
+                    "time": utcnow(),
+                }
+                for s in range(1, 4)
+            ],
+        )
+    client.post(f"/v1/jobs/{job['id']}/cancel")
+    frames = read_frames(client, job["id"], SSE)
+    kinds = [f["event"] for f in frames]
+    assert kinds[:2] == ["state", "state"]
+    assert [f["data"]["to_state"] for f in frames[:2]] == ["QUEUED", "CANCELLED"]
+    assert "metrics" in kinds
+    metrics = next(f for f in frames if f["event"] == "metrics")["data"]["points"]
+    assert [p["step"] for p in metrics] == [1, 2, 3]
+    assert kinds[-1] == "end"
+    assert frames[-1]["data"] == {"state": "CANCELLED"}
+    assert all("id" in f for f in frames)
+
+
+def test_stream_resumes_after_last_event_id(client: TestClient) -> None:
+    job = client.post("/v1/jobs", json=job_spec()).json()
+    client.post(f"/v1/jobs/{job['id']}/cancel")
+    first = read_frames(client, job["id"], SSE)
+    resumed = read_frames(client, job["id"], {**SSE, "Last-Event-ID": first[0]["id"]})
+    states = [f["data"]["to_state"] for f in resumed if f["event"] == "state"]
+    assert states == ["CANCELLED"]  # the QUEUED transition is not sent twice
+    assert resumed[-1]["event"] == "end"
+
+
+def test_bad_last_event_id_is_422(client: TestClient) -> None:
+    job = client.post("/v1/jobs", json=job_spec()).json()
+    response = client.get(
+        f"/v1/jobs/{job['id']}/events", headers={**SSE, "Last-Event-ID": "yesterday"}
+    )
+    assert response.status_code == 422
+    assert response.json()["error"]["details"][0]["field"] == "Last-Event-ID"

@@ -1,0 +1,73 @@
+"""Metric series: raw when small, bucketed in the database when large, with a summary."""
+
+from __future__ import annotations
+
+import math
+
+from fastapi.testclient import TestClient
+from sqlalchemy import insert
+
+from ampfleet.core.db import session_scope
+from ampfleet.core.models import Metric, utcnow
+from tests.factories import job_spec
+
+
+def add_series(job_id: str, name: str, values: list[float]) -> None:
+    now = utcnow()
+    with session_scope() as session:
+        session.execute(
+            insert(Metric),
+            [
+                {
+                    "job_id": job_id,
+                    "attempt": 1,
+                    "step": step,
+                    "name": name,
+                    "value": value,
+                    "time": now,
+                }
+                for step, value in enumerate(values, start=1)
+            ],
+        )
+
+
+def test_large_series_is_downsampled_with_exact_bucket_statistics(client: TestClient) -> None:
+    job = client.post("/v1/jobs", json=job_spec()).json()
+    values = [math.sin(i / 50.0) + i / 10_000 for i in range(20_000)]
+    add_series(job["id"], "loss", values)
+    add_series(job["id"], "val_accuracy", [0.5, 0.9, 0.8])
+    body = client.get(f"/v1/jobs/{job['id']}/metrics", params={"max_points": 100}).json()
+    series = {s["name"]: s for s in body["series"]}
+    loss = series["loss"]
+    assert loss["downsampled"] is True
+    assert 50 <= len(loss["points"]) <= 100
+    assert sum(p["count"] for p in loss["points"]) == 20_000
+    first = loss["points"][0]
+    width = loss["points"][1]["step"] - first["step"]
+    chunk = values[:width]
+    assert math.isclose(first["value"], sum(chunk) / len(chunk), rel_tol=1e-9)
+    assert (first["min"], first["max"]) == (min(chunk), max(chunk))
+    summary = loss["summary"]
+    assert summary["count"] == 20_000
+    assert summary["last"] == values[-1]
+    assert summary["goal"] == "min"
+    assert summary["best"] == min(values)
+    assert summary["best_step"] == values.index(min(values)) + 1
+    accuracy = series["val_accuracy"]
+    assert accuracy["downsampled"] is False
+    assert [p["value"] for p in accuracy["points"]] == [0.5, 0.9, 0.8]
+    assert accuracy["summary"]["goal"] == "max"
+    assert accuracy["summary"]["best_step"] == 2
+
+
+def test_filters_by_name_and_step_range(client: TestClient) -> None:
+    job = client.post("/v1/jobs", json=job_spec()).json()
+    add_series(job["id"], "loss", [float(i) for i in range(100)])
+    add_series(job["id"], "lr", [0.1] * 100)
+    body = client.get(
+        f"/v1/jobs/{job['id']}/metrics", params={"names": "loss", "from_step": 10, "to_step": 19}
+    ).json()
+    assert [s["name"] for s in body["series"]] == ["loss"]
+    assert [p["step"] for p in body["series"][0]["points"]] == list(range(10, 20))
+    bad = client.get(f"/v1/jobs/{job['id']}/metrics", params={"from_step": 5, "to_step": 1})
+    assert bad.status_code == 422
