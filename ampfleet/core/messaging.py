@@ -42,6 +42,8 @@ def make_celery(settings: Settings) -> Celery:
         # Start messages are acknowledged within seconds (training is supervised outside
         # the task), so the visibility timeout only bounds redelivery after a crash.
         options = {"visibility_timeout": 300}
+        if settings.broker_key_prefix:
+            options["global_keyprefix"] = settings.broker_key_prefix
     app.conf.update(
         broker_transport_options=options,
         broker_connection_retry_on_startup=True,

@@ -22,6 +22,9 @@ class Settings(BaseSettings):
         "", description="SQLAlchemy URL; empty means a SQLite file in data_dir."
     )
     broker_url: str = Field("", description="Celery broker URL; empty means files in data_dir.")
+    broker_key_prefix: str = Field(
+        "", max_length=64, description="Redis broker: prefix of every key (shared servers)."
+    )
     secret_key: str = DEFAULT_SECRET
 
     api_host: str = "127.0.0.1"

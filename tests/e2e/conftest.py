@@ -5,12 +5,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-import redis
 
-from tests.support.env import fresh_postgres_database
-from tests.support.fleet import Fleet
+from tests.support.fleet import Fleet, running_fleet
 
-REDIS_URL = "redis://127.0.0.1:6379/14"
 FleetFactory = Callable[..., Fleet]
 
 
@@ -18,17 +15,11 @@ FleetFactory = Callable[..., Fleet]
 def make_fleet(tmp_path: Path) -> Iterator[FleetFactory]:
     """Starts fleets of real processes; `backend` is "postgres+redis" or "embedded"."""
     with ExitStack() as stack:
+        counter = iter(range(100))
 
         def start(backend: str = "postgres+redis", **kwargs: object) -> Fleet:
-            if backend == "embedded":
-                fleet = Fleet(tmp_path, database_url="", broker_url="", **kwargs)  # type: ignore[arg-type]
-            else:
-                redis.Redis.from_url(REDIS_URL).flushdb()
-                stack.callback(lambda: redis.Redis.from_url(REDIS_URL).flushdb())
-                database_url = stack.enter_context(fresh_postgres_database())
-                fleet = Fleet(tmp_path, database_url=database_url, broker_url=REDIS_URL, **kwargs)  # type: ignore[arg-type]
-            stack.callback(fleet.stop)
-            return fleet.start()
+            root = tmp_path / f"fleet{next(counter)}"
+            return stack.enter_context(running_fleet(root, backend, **kwargs))
 
         yield start
 

@@ -8,10 +8,16 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
+
+from tests.support.env import fresh_postgres_database
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"}
 
@@ -178,3 +184,26 @@ def rank_processes(job_id: str) -> list[int]:
         if job_id.encode() in cmdline:
             pids.append(int(proc.name))
     return pids
+
+
+REDIS_URL = "redis://127.0.0.1:6379/14"
+
+
+@contextmanager
+def running_fleet(root: Path, backend: str = "postgres+redis", **kwargs: Any) -> Iterator[Fleet]:
+    """A started fleet on "postgres+redis" (a fresh database, its own Redis key prefix, so
+    fleets may run side by side) or "embedded" (SQLite and broker files under `root`)."""
+    with ExitStack() as stack:
+        if backend == "embedded":
+            fleet = Fleet(root, database_url="", broker_url="", **kwargs)
+        else:
+            prefix = f"ampfleet-test-{uuid.uuid4().hex[:8]}:"
+            client = redis.Redis.from_url(REDIS_URL)
+            stack.callback(lambda: [client.delete(k) for k in client.scan_iter(f"{prefix}*")])
+            database_url = stack.enter_context(fresh_postgres_database())
+            extra = {**kwargs.pop("extra_env", {}), "AMPFLEET_BROKER_KEY_PREFIX": prefix}
+            fleet = Fleet(
+                root, database_url=database_url, broker_url=REDIS_URL, extra_env=extra, **kwargs
+            )
+        stack.callback(fleet.stop)
+        yield fleet.start()
