@@ -14,6 +14,12 @@ import typer
 from ampfleet.core.logs import configure_logging
 from ampfleet.core.settings import get_settings
 
+
+def configure_logging_for(role: str) -> None:
+    settings = get_settings()
+    configure_logging(role, settings.log_level, settings.log_format)
+
+
 app = typer.Typer(help="ampfleet: training-as-a-service backend.", no_args_is_help=True)
 
 
@@ -22,7 +28,7 @@ def migrate() -> None:
     """Apply database migrations (Alembic) up to the latest revision."""
     from ampfleet.core.migrate import upgrade
 
-    configure_logging("migrate")
+    configure_logging_for("migrate")
     upgrade(get_settings().effective_database_url)
     typer.echo("database is at the latest revision")
 
@@ -80,7 +86,7 @@ def api(
     import uvicorn
 
     settings = get_settings()
-    configure_logging("api")
+    configure_logging_for("api")
     uvicorn.run(
         "ampfleet.api.app:create_app",
         factory=True,
@@ -96,7 +102,7 @@ def scheduler() -> None:
     """Place queued jobs on live nodes and reap lost attempts."""
     from ampfleet.scheduler.loop import Scheduler
 
-    configure_logging("scheduler")
+    configure_logging_for("scheduler")
     instance = Scheduler()
 
     def _stop(_signum: int, _frame: FrameType | None) -> None:
@@ -112,7 +118,7 @@ def worker() -> None:
     """Run this node: its agent and a Celery worker on the node's own queue."""
     from ampfleet.workers.main import run_worker
 
-    configure_logging("worker")
+    configure_logging_for("worker")
     run_worker()
 
 
@@ -121,7 +127,7 @@ def up() -> None:
     """All in one: migrate, then the api, the scheduler and one local worker node."""
     from ampfleet.core.migrate import upgrade
 
-    configure_logging("up")
+    configure_logging_for("up")
     settings = get_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.effective_database_url)

@@ -12,6 +12,7 @@ from ampfleet.api.keys.router import router as keys_router
 from ampfleet.api.logs.router import router as logs_router
 from ampfleet.api.metrics.router import router as metrics_router
 from ampfleet.api.middleware import BodySizeLimitMiddleware
+from ampfleet.api.middleware_request import RequestContextMiddleware
 from ampfleet.api.nodes.router import router as nodes_router
 from ampfleet.api.projects.router import router as projects_router
 from ampfleet.core.recipes import installed_recipes
@@ -29,6 +30,7 @@ def create_app() -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware)  # outermost: ids every request
     app.include_router(health_router)
     app.include_router(jobs_router)
     app.include_router(metrics_router)

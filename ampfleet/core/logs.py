@@ -1,16 +1,48 @@
-"""Process-wide logging setup: one line per record, naming the process role."""
+"""Process-wide logging: one line per record, as JSON (the default) or text, naming the
+process role and, inside an HTTP request, the request id."""
 
 from __future__ import annotations
 
+import contextvars
+import json
 import logging
 import sys
+from datetime import UTC, datetime
+
+request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
 
-def configure_logging(role: str, level: str = "INFO") -> None:
+class JsonFormatter(logging.Formatter):
+    def __init__(self, role: str) -> None:
+        super().__init__()
+        self.role = role
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "role": self.role,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if (current := request_id.get()) is not None:
+            entry["request_id"] = current
+        # Structured fields passed as `extra=` become top-level keys.
+        entry.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def configure_logging(role: str, level: str = "INFO", fmt: str = "json") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter(f"%(asctime)s {role:<9} %(levelname)-7s %(name)s: %(message)s")
-    )
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter(role))
+    else:
+        handler.setFormatter(
+            logging.Formatter(f"%(asctime)s {role:<9} %(levelname)-7s %(name)s: %(message)s")
+        )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

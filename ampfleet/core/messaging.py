@@ -102,6 +102,16 @@ def relay_outbox(session: Session, limit: int = 500) -> int:
     return sent
 
 
+def broker_reachable(timeout_s: float = 2.0) -> str | None:
+    """None when the broker accepts a connection, else what went wrong."""
+    try:
+        with get_celery().connection_for_write() as connection:
+            connection.ensure_connection(max_retries=1, timeout=timeout_s)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def wake_scheduler() -> None:
     """Best effort: the scheduler also polls, so a lost wake-up costs one poll interval."""
     try:

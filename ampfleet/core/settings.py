@@ -17,6 +17,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AMPFLEET_", env_file=".env", extra="ignore")
 
     environment: Literal["development", "test", "production"] = "development"
+    log_format: Literal["json", "text"] = Field("json", description="Process log lines.")
+    log_level: str = "INFO"
     data_dir: Path = Field(Path("var"), description="Embedded database, broker files, runs, logs.")
     database_url: str = Field(
         "", description="SQLAlchemy URL; empty means a SQLite file in data_dir."
