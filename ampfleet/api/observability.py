@@ -75,8 +75,8 @@ http_metrics = HttpMetrics()
 def fleet_lines(session: Session, node_timeout_s: float) -> list[str]:
     now = utcnow()
     out = ["# HELP ampfleet_jobs Jobs by state.", "# TYPE ampfleet_jobs gauge"]
-    rows = session.execute(select(Job.state, func.count()).group_by(Job.state))
-    counts = {state: count for state, count in rows}
+    rows = session.execute(select(Job.state, func.count()).group_by(Job.state)).tuples().all()
+    counts = dict(rows)
     for state in JobState:
         out.append(f'ampfleet_jobs{{state="{state.value}"}} {counts.get(state.value, 0)}')
     out += [
