@@ -101,9 +101,12 @@ def api(
 def scheduler() -> None:
     """Place queued jobs on live nodes and reap lost attempts."""
     from ampfleet.scheduler.loop import Scheduler
+    from ampfleet.scheduler.webhook_dispatch import WebhookDispatcher
 
     configure_logging_for("scheduler")
     instance = Scheduler()
+    dispatcher = WebhookDispatcher(get_settings())
+    dispatcher.start()
 
     def _stop(_signum: int, _frame: FrameType | None) -> None:
         instance.stop()
@@ -111,6 +114,7 @@ def scheduler() -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     instance.run_forever()
+    dispatcher.stop()
 
 
 @app.command()

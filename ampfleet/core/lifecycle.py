@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from ampfleet.core import webhooks
 from ampfleet.core.models import Allocation, Job, JobEvent, utcnow
 from ampfleet.core.states import ALLOWED_TRANSITIONS, JobState
 
@@ -52,7 +53,9 @@ def transition(
     # Compare-and-set on the state we read, so the event names the exact prior state; a
     # concurrent change makes the UPDATE match nothing and we look again.
     for _ in range(5):
-        row = session.execute(select(Job.state, Job.attempt).where(Job.id == job_id)).one_or_none()
+        row = session.execute(
+            select(Job.state, Job.attempt, Job.project).where(Job.id == job_id)
+        ).one_or_none()
         if row is None or JobState(row.state) not in sources:
             return False
         if attempt is not None and row.attempt != attempt:
@@ -81,6 +84,16 @@ def transition(
     )
     if to.is_terminal() or to in (JobState.RESTARTING, JobState.QUEUED):
         release_allocations(session, job_id)
+    webhooks.state_changed(
+        session,
+        project=row.project,
+        job_id=job_id,
+        attempt=row.attempt if new_attempt is None else new_attempt,
+        from_state=row.state,
+        to_state=to.value,
+        reason=reason,
+        message=message,
+    )
     session.flush()
     return True
 

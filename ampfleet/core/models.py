@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -222,6 +223,47 @@ class LogLine(Base):
     stream: Mapped[str] = mapped_column(String(6), comment="stdout | stderr")
     time: Mapped[datetime] = mapped_column(default=utcnow)
     line: Mapped[str] = mapped_column(Text)
+
+
+class Webhook(Base):
+    """A project's subscription: job state changes and metric thresholds, POSTed to `url`."""
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project: Mapped[str] = mapped_column(String(64), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    secret: Mapped[str] = mapped_column(String(128), comment="signs payloads; never shown again")
+    states: Mapped[list[str]] = mapped_column(JSON, comment='job states, or ["*"]')
+    metric_thresholds: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """One notification to one webhook: queued with the change that caused it (the same
+    transaction), sent and retried by the dispatcher; the table is the delivery log."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        UniqueConstraint("webhook_id", "job_id", "event_key", name="uq_webhook_deliveries_event"),
+        Index("ix_webhook_deliveries_status_next", "status", "next_attempt_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    webhook_id: Mapped[str] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    job_id: Mapped[str] = mapped_column(String(40))
+    event_key: Mapped[str] = mapped_column(String(200), comment="what fired, once per job")
+    event: Mapped[str] = mapped_column(String(32), comment="job.state | job.metric")
+    payload: Mapped[dict[str, Any]] = mapped_column()
+    status: Mapped[str] = mapped_column(String(10), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow)
+    claimed_until: Mapped[datetime | None] = mapped_column()
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column()
 
 
 class OutboxMessage(Base):

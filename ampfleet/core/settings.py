@@ -46,6 +46,13 @@ class Settings(BaseSettings):
     fair_share_window_s: float = Field(
         3600.0, gt=0, description="GPU-seconds used within it decide fair-share order."
     )
+    webhook_allow_private: bool = Field(
+        False, description="Allow webhook targets on loopback or private networks."
+    )
+    webhook_timeout_s: float = Field(5.0, gt=0)
+    webhook_max_attempts: int = Field(8, ge=1)
+    webhook_retry_base_s: float = Field(5.0, gt=0, description="First retry delay; doubles.")
+    webhook_poll_s: float = Field(1.0, gt=0)
     scheduler_poll_s: float = Field(2.0, gt=0, description="Pass interval when nobody wakes it.")
     start_timeout_s: float = Field(
         120.0, gt=0, description="SCHEDULED/STARTING longer is requeued."

@@ -7,15 +7,17 @@ as one multi-row INSERT: a few statements per pass, not per job.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, insert, tuple_, update
+from sqlalchemy import bindparam, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
+from ampfleet.core import webhooks
 from ampfleet.core.lifecycle import transition
 from ampfleet.core.messaging import START_ATTEMPT
-from ampfleet.core.models import Allocation, Job, JobEvent, OutboxMessage
+from ampfleet.core.models import Allocation, Job, JobEvent, OutboxMessage, Webhook
 from ampfleet.core.states import JobState
 from ampfleet.scheduler.placement import Decision, Placement, Preemption
 from ampfleet.scheduler.snapshot import Snapshot
@@ -99,10 +101,42 @@ def _place_chunk(session: Session, snapshot: Snapshot, placements: list[Placemen
                     "send_attempts": 0,
                 }
             )
+    _notify_placed(session, snapshot, [(str(r[0]), int(r[1])) for r in moved], events)
     session.execute(insert(JobEvent), events)
     session.execute(insert(Allocation), allocations)
     session.execute(insert(OutboxMessage), messages)
     return len(moved)
+
+
+def _notify_placed(
+    session: Session,
+    snapshot: Snapshot,
+    moved: Sequence[tuple[str, int]],
+    events: list[dict[str, Any]],
+) -> None:
+    """Webhooks for the QUEUED -> SCHEDULED transitions, only for projects that have any."""
+    projects = {r.id: r.project for r in snapshot.requests}
+    with_hooks = set(
+        session.scalars(
+            select(Webhook.project).where(
+                Webhook.active, Webhook.project.in_(set(projects.values()))
+            )
+        )
+    )
+    if not with_hooks:
+        return
+    for (job_id, attempt), event in zip(moved, events, strict=True):
+        if projects[job_id] in with_hooks:
+            webhooks.state_changed(
+                session,
+                project=projects[job_id],
+                job_id=job_id,
+                attempt=attempt,
+                from_state=event["from_state"],
+                to_state=event["to_state"],
+                reason=event["reason"],
+                message=event["message"],
+            )
 
 
 def _preempt(session: Session, preemptions: list[Preemption]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from ampfleet.core import webhooks
 from ampfleet.core.bulk import insert_rows
 from ampfleet.core.lifecycle import record_event, transition
 from ampfleet.core.models import Job, LogLine, Metric, utcnow
@@ -93,6 +94,12 @@ def apply_records(
         )
         insert_rows(session, Metric.__table__, METRIC_COLUMNS, metric_rows[:kept])  # type: ignore[arg-type]
         job.latest_metrics = latest
+        webhooks.metrics_landed(
+            session,
+            project=job.project,
+            job_id=job.id,
+            values=((row[3], row[2], row[4]) for row in metric_rows[:kept]),
+        )
     session.flush()
 
 

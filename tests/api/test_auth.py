@@ -60,7 +60,15 @@ def test_another_projects_objects_do_not_exist(app, make_key) -> None:
     job = owner.post("/v1/jobs", json=job_spec()).json()
     assert job["project"] == "alpha"
     key = owner.post("/v1/keys", json={"role": "read", "name": "ci"}).json()
-    values = {"job_id": job["id"], "key_id": key["id"], "name": "alpha", "node_id": "nope"}
+    with environment({"AMPFLEET_WEBHOOK_ALLOW_PRIVATE": "true"}):
+        hook = owner.post("/v1/webhooks", json={"url": "http://127.0.0.1:9/hook"}).json()
+    values = {
+        "job_id": job["id"],
+        "key_id": key["id"],
+        "name": "alpha",
+        "node_id": "nope",
+        "webhook_id": hook["id"],
+    }
     bodies = {"/v1/jobs/{job_id}": {"priority": "high"}, "/v1/projects/{name}": {"weight": 2.0}}
     for method, path in operations(other):
         if "{" not in path:

@@ -21,6 +21,7 @@ from ampfleet.api.errors import (
 )
 from ampfleet.api.jobs import repository
 from ampfleet.api.jobs.schemas import JobOut, PrecisionSetting, Progress, QueueInfo
+from ampfleet.core import webhooks
 from ampfleet.core.fleet import fits_fleet, job_request_of, node_view
 from ampfleet.core.ids import new_id
 from ampfleet.core.lifecycle import record_event, transition
@@ -112,6 +113,12 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
         if existing is None:
             raise
         return _same_request_or_refuse(existing, fingerprint), False
+    shape = (
+        f"{spec.resources.procs} ranks"
+        if spec.resources.procs
+        else f"{spec.resources.nodes}x{spec.resources.procs_per_node}"
+    )
+    message = f"{spec.recipe} on {shape}"
     session.add(
         JobEvent(
             job_id=job.id,
@@ -120,8 +127,18 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
             from_state=None,
             to_state=JobState.QUEUED.value,
             reason="submitted",
-            message=f"{spec.recipe} on {spec.resources.nodes}x{spec.resources.procs_per_node}",
+            message=message,
         )
+    )
+    webhooks.state_changed(
+        session,
+        project=job.project,
+        job_id=job.id,
+        attempt=0,
+        from_state=None,
+        to_state=JobState.QUEUED.value,
+        reason="submitted",
+        message=message,
     )
     session.flush()
     return job, True

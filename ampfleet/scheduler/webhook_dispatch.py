@@ -1,0 +1,154 @@
+"""Sends queued webhook deliveries: claimed with a conditional UPDATE (so two scheduler
+processes never send the same one at once), retried with exponential backoff, every
+attempt's outcome kept on the delivery row, which is the delivery log."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import httpx
+from sqlalchemy import or_, select, update
+
+from ampfleet.core.db import session_scope
+from ampfleet.core.models import Webhook, WebhookDelivery, utcnow
+from ampfleet.core.netguard import refuse_reason
+from ampfleet.core.settings import Settings
+from ampfleet.core.webhooks import sign
+
+log = logging.getLogger(__name__)
+CLAIM_FOR = timedelta(seconds=60)
+MAX_BACKOFF_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: int
+    url: str
+    secret: str
+    event: str
+    payload: dict[str, Any]
+    attempts: int
+
+
+def claim(limit: int) -> list[Claimed]:
+    now = utcnow()
+    with session_scope() as session:
+        due = (
+            select(WebhookDelivery.id)
+            .where(
+                WebhookDelivery.status == "pending",
+                WebhookDelivery.next_attempt_at <= now,
+                or_(WebhookDelivery.claimed_until.is_(None), WebhookDelivery.claimed_until < now),
+            )
+            .order_by(WebhookDelivery.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        ids = session.scalars(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.id.in_(due.scalar_subquery()))
+            .values(claimed_until=now + CLAIM_FOR)
+            .returning(WebhookDelivery.id)
+        ).all()
+        if not ids:
+            return []
+        rows = session.execute(
+            select(WebhookDelivery, Webhook.url, Webhook.secret)
+            .join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
+            .where(WebhookDelivery.id.in_(ids))
+            .order_by(WebhookDelivery.id)
+        ).all()
+        return [
+            Claimed(d.id, url, secret, d.event, d.payload, d.attempts) for d, url, secret in rows
+        ]
+
+
+def send(
+    client: httpx.Client, delivery: Claimed, settings: Settings
+) -> tuple[int | None, str | None]:
+    """(status code, error); a 2xx code and no error means delivered."""
+    refusal = refuse_reason(delivery.url, allow_private=settings.webhook_allow_private)
+    if refusal:  # checked again here: DNS may have changed since the webhook was created
+        return None, refusal
+    body = json.dumps(delivery.payload, sort_keys=True, separators=(",", ":")).encode()
+    timestamp = int(time.time())
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "ampfleet-webhooks",
+        "X-Ampfleet-Event": delivery.event,
+        "X-Ampfleet-Delivery": str(delivery.id),
+        "X-Ampfleet-Timestamp": str(timestamp),
+        "X-Ampfleet-Signature": sign(delivery.secret, timestamp, body),
+    }
+    try:
+        response = client.post(delivery.url, content=body, headers=headers)
+    except httpx.HTTPError as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    if 200 <= response.status_code < 300:
+        return response.status_code, None
+    return response.status_code, f"HTTP {response.status_code}"
+
+
+def record(delivery: Claimed, code: int | None, error: str | None, settings: Settings) -> None:
+    now = utcnow()
+    attempts = delivery.attempts + 1
+    values: dict[str, Any] = {
+        "attempts": attempts,
+        "last_status_code": code,
+        "last_error": error,
+        "claimed_until": None,
+    }
+    if error is None:
+        values |= {"status": "delivered", "delivered_at": now}
+    elif attempts >= settings.webhook_max_attempts:
+        values |= {"status": "failed"}
+    else:
+        delay = min(settings.webhook_retry_base_s * 2 ** (attempts - 1), MAX_BACKOFF_S)
+        values |= {"next_attempt_at": now + timedelta(seconds=delay)}
+    with session_scope() as session:
+        session.execute(
+            update(WebhookDelivery).where(WebhookDelivery.id == delivery.id).values(**values)
+        )
+
+
+def deliver_due(settings: Settings, client: httpx.Client, limit: int = 20) -> int:
+    deliveries = claim(limit)
+    for delivery in deliveries:
+        code, error = send(client, delivery, settings)
+        record(delivery, code, error, settings)
+        if error:
+            log.info("webhook delivery %s failed: %s", delivery.id, error)
+    return len(deliveries)
+
+
+class WebhookDispatcher:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="webhooks", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        with httpx.Client(
+            timeout=self.settings.webhook_timeout_s, follow_redirects=False
+        ) as client:
+            while not self._stop.is_set():
+                try:
+                    sent = deliver_due(self.settings, client)
+                except Exception:
+                    log.exception("webhook dispatch failed; retrying")
+                    sent = 0
+                if not sent:
+                    self._stop.wait(self.settings.webhook_poll_s)
