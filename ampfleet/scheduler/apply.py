@@ -169,15 +169,17 @@ def _explain(session: Session, snapshot: Snapshot, decision: Decision) -> None:
         changes.append(_change(snapshot, job_id, (pending.position, pending.reason, start)))
     rows = [c for c in changes if c is not None]
     if rows:
-        session.execute(
-            update(Job)
-            .where(Job.id == bindparam("b_id"), Job.state == JobState.QUEUED)
+        # A Core UPDATE, executed once per row by the driver (executemany): the ORM would
+        # treat a bulk UPDATE on the mapped class as "by primary key" and want `id` keys.
+        jobs = Job.__table__
+        session.connection().execute(
+            update(jobs)
+            .where(jobs.c.id == bindparam("b_id"), jobs.c.state == JobState.QUEUED.value)
             .values(
                 queue_position=bindparam("b_position"),
                 pending_reason=bindparam("b_reason"),
                 estimated_start_at=bindparam("b_start"),
-            )
-            .execution_options(synchronize_session=False),
+            ),
             rows,
         )
 
