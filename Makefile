@@ -8,13 +8,13 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 PYTEST_FLAGS ?=
 
-.PHONY: install run test test-all lint format bench clean
+.PHONY: install run test test-all lint format bench clean ui-deps
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -e ".[dev,plot]"
 	touch $@
 
 install: $(STAMP)
@@ -23,15 +23,20 @@ run: install
 	$(BIN)/ampfleet migrate
 	$(BIN)/ampfleet up
 
+# The console's browser tests drive Debian's chromium (playwright comes with the dev extra).
+ui-deps: install
+	test -x /usr/bin/chromium || { apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; }
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy ampfleet
 
-test: lint
+test: lint ui-deps
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_FLAGS)
 
-test-all: lint
+test-all: lint ui-deps
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)
 
 format: install

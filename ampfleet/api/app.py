@@ -15,6 +15,7 @@ from ampfleet.api.middleware import BodySizeLimitMiddleware
 from ampfleet.api.middleware_request import RequestContextMiddleware
 from ampfleet.api.nodes.router import router as nodes_router
 from ampfleet.api.projects.router import router as projects_router
+from ampfleet.api.ui.router import mount_console
 from ampfleet.api.webhooks.router import router as webhooks_router
 from ampfleet.core.recipes import installed_recipes
 from ampfleet.core.settings import get_settings
@@ -40,4 +41,5 @@ def create_app() -> FastAPI:
     app.include_router(projects_router)
     app.include_router(keys_router)
     app.include_router(webhooks_router)
+    mount_console(app)
     return app

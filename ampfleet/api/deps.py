@@ -12,8 +12,8 @@ from ampfleet.core.db import get_read_sessionmaker, get_sessionmaker
 
 
 def get_db_session(request: Request) -> Iterator[Session]:
-    """One unit of work per request: services flush, this commits once. GET and HEAD only
-    read, and get a session that never waits for writers (see core.db)."""
+    """One unit of work per request: services flush, this commits once, before the response
+    goes out. GET and HEAD only read, and get a session that never waits for writers."""
     factory = get_read_sessionmaker if request.method in ("GET", "HEAD") else get_sessionmaker
     session = factory()()
     try:
@@ -26,4 +26,7 @@ def get_db_session(request: Request) -> Iterator[Session]:
         session.close()
 
 
-SessionDep = Annotated[Session, Depends(get_db_session)]
+# scope="function": the commit runs when the endpoint returns, before the response is sent,
+# so a client that reads right after a write sees it (by default FastAPI would run it
+# after the response).
+SessionDep = Annotated[Session, Depends(get_db_session, scope="function")]

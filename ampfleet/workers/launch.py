@@ -7,9 +7,12 @@ each rank (see training/entry.py) follows torchrun.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import runpy
 import signal
 import sys
+from pathlib import Path
 
 from ampfleet.workers.training.entry import die_with_parent
 
@@ -44,11 +47,28 @@ def torchrun_args(
     return [*args, "-m", "ampfleet.workers.training.entry", run_dir]
 
 
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def forward_to_ranks(signum: int, _frame: object) -> None:
+    """torchrun starts each rank in a session of its own, so a signal to this process group
+    never reaches them: pass it on to every child."""
+    for child in children(os.getpid()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signum)
+
+
 def main() -> None:
     die_with_parent()
     # SIGUSR1 asks the ranks to checkpoint and exit (preemption); torchrun must survive it.
-    # The ranks install their own handler, which replaces the inherited "ignore".
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, forward_to_ranks)
     sys.argv = ["torchrun", *sys.argv[1:]]
     runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
 

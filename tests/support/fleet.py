@@ -38,6 +38,7 @@ class Fleet:
         database_url: str,
         broker_url: str,
         nodes: tuple[str, ...] = ("node-a",),
+        start_schedulers: int = 1,
         cpu_slots: int = 2,
         extra_env: dict[str, str] | None = None,
     ) -> None:
@@ -45,6 +46,7 @@ class Fleet:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.node_names = nodes
+        self.schedulers = start_schedulers
         self.env = {
             **os.environ,
             "AMPFLEET_ENVIRONMENT": "test",
@@ -95,7 +97,8 @@ class Fleet:
         ).stdout.strip()
         self.http.headers["Authorization"] = f"Bearer {self.admin_key}"
         self._spawn("api", ["api"])
-        self._spawn("scheduler", ["scheduler"])
+        for index in range(self.schedulers):
+            self._spawn("scheduler" if index == 0 else f"scheduler-{index + 1}", ["scheduler"])
         for node in self.node_names:
             self.start_worker(node)
         self.wait_until(self._ready, timeout=90, what="api up and every node alive")

@@ -97,12 +97,9 @@ def run(run_dir: RunDir, rank: int, world_size: int, local_rank: int) -> None:
         checkpoint_dir=Path(job["checkpoint_dir"]),
     )
     writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
-    preempt = threading.Event()
-    # The node agent preempts with SIGUSR1 (the launcher ignores it): checkpoint, then exit.
-    signal.signal(signal.SIGUSR1, lambda _signum, _frame: preempt.set())
     try:
-        Trainer(task, config, writer, stop_requested=preempt.is_set).run()
-        if writer:
+        Trainer(task, config, writer, stop_requested=PREEMPT.is_set).run()
+        if writer and not PREEMPT.is_set():
             writer.write("finished")
     finally:
         if writer:
@@ -121,6 +118,15 @@ def write_failure(run_dir: RunDir, rank: int, exc: BaseException) -> None:
     run_dir.failure_file(rank).write_text(json.dumps(record))
 
 
+PREEMPT = threading.Event()
+
+
+def watch_for_preemption() -> None:
+    """The node agent preempts with SIGUSR1 (the launcher passes it on): checkpoint at the
+    next step, then exit. Installed first thing, before the agent can send it."""
+    signal.signal(signal.SIGUSR1, lambda _signum, _frame: PREEMPT.set())
+
+
 def capture_output(run_dir: RunDir, rank: int) -> None:
     """Send this rank's stdout and stderr (Python's and native libraries' alike) to its own
     files; the node agent ships them to the database as they grow."""
@@ -135,6 +141,7 @@ def capture_output(run_dir: RunDir, rank: int) -> None:
 
 def main(argv: list[str]) -> int:
     die_with_parent()
+    watch_for_preemption()
     run_dir = RunDir(Path(argv[1]))
     rank = int(os.environ["RANK"])
     capture_output(run_dir, rank)

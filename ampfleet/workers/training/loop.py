@@ -31,6 +31,9 @@ from ampfleet.workers.training.precision import (
 from ampfleet.workers.training.task import Batch, TrainingTask
 from ampfleet.workers.training.timing import StepTimer
 
+# Ranks agree on stopping (preemption) every this many steps: a tiny collective, but on a
+# GPU it is also a host-device sync, so not every step.
+STOP_CHECK_EVERY = 10
 # Consecutive steps with non-finite gradients before we act. fp16 gets more room: its
 # loss scaler is expected to overflow a few times while it finds its level.
 NONFINITE_STREAK_LIMIT = {"fp16": 16, "bf16": 8, "fp32": 8}
@@ -183,7 +186,7 @@ class Trainer:
             if metrics:
                 last = metrics
             self._after_step()
-            if self._stop_agreed():
+            if self.step % STOP_CHECK_EVERY == 0 and self._stop_agreed():
                 # Preempted: leave a checkpoint at this exact step and exit cleanly.
                 self._save()
                 self._record("preempted", step=self.step)

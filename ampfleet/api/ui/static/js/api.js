@@ -1,0 +1,145 @@
+// The API client: the key from the login form, the error envelope, and SSE over fetch().
+import { SseParser } from "./sse.js";
+
+const KEY_NAME = "ampfleet.apiKey";
+
+export const credentials = {
+  get: () => sessionStorage.getItem(KEY_NAME),
+  set: (key) => sessionStorage.setItem(KEY_NAME, key),
+  clear: () => sessionStorage.removeItem(KEY_NAME),
+};
+
+/** An API error, from the envelope {"error": {"code", "message", "details"}}. */
+export class ApiError extends Error {
+  constructor(status, code, message, details = []) {
+    super(message);
+    this.name = "ApiError";
+    this.status = status;
+    this.code = code;
+    this.details = details;
+  }
+}
+
+let onUnauthorized = () => {};
+
+/** Called with the ApiError whenever the API answers 401 (a revoked or wrong key). */
+export function setUnauthorizedHandler(handler) {
+  onUnauthorized = handler;
+}
+
+// The API lives one level above the console (/ui/ -> /), wherever the app is mounted.
+export function apiUrl(path) {
+  return new URL(`..${path}`, document.baseURI).toString();
+}
+
+async function errorOf(response) {
+  let body = null;
+  try {
+    body = await response.json();
+  } catch {
+    // not JSON: a proxy's error page, say
+  }
+  const error = body && typeof body.error === "object" ? body.error : null;
+  if (error) {
+    return new ApiError(
+      response.status,
+      String(error.code || "error"),
+      String(error.message || response.statusText),
+      Array.isArray(error.details) ? error.details : [],
+    );
+  }
+  return new ApiError(response.status, `http_${response.status}`, `${response.status} ${response.statusText}`.trim());
+}
+
+function headers(key, extra = {}) {
+  const result = { ...extra };
+  const presented = key ?? credentials.get();
+  if (presented) result.Authorization = `Bearer ${presented}`;
+  return result;
+}
+
+/** fetch() a JSON API route; throws ApiError (network failures too, as code network_error). */
+export async function api(path, { method = "GET", body, signal, key } = {}) {
+  const extra = { Accept: "application/json" };
+  if (body !== undefined) extra["Content-Type"] = "application/json";
+  let response;
+  try {
+    response = await fetch(apiUrl(path), {
+      method,
+      headers: headers(key, extra),
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal,
+      cache: "no-store",
+    });
+  } catch (err) {
+    if (err.name === "AbortError") throw err;
+    throw new ApiError(0, "network_error", `cannot reach the API (${err.message})`);
+  }
+  if (!response.ok) {
+    const error = await errorOf(response);
+    if (response.status === 401 && key === undefined) onUnauthorized(error);
+    throw error;
+  }
+  return response.status === 204 ? null : response.json();
+}
+
+const sleep = (ms, signal) =>
+  new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => { clearTimeout(timer); resolve(); }, { once: true });
+  });
+
+/**
+ * Follows an SSE route with fetch() (EventSource cannot send the Authorization header).
+ * Reconnects after a dropped connection with Last-Event-ID, so nothing is lost or repeated;
+ * stops at the `end` frame, at a client error (4xx other than 429), or when `signal` aborts.
+ *
+ * onFrame(event, data, id) gets each frame, its data parsed as JSON.
+ * onStatus(status, error) hears "connecting", "live", "reconnecting", "ended", "failed".
+ */
+export async function follow(path, { onFrame, onStatus = () => {}, signal, lastEventId = null, retryMs = 1500 }) {
+  let last = lastEventId;
+  let ended = false;
+  while (!signal.aborted && !ended) {
+    onStatus("connecting");
+    try {
+      const extra = { Accept: "text/event-stream" };
+      if (last !== null) extra["Last-Event-ID"] = last;
+      const response = await fetch(apiUrl(path), { headers: headers(undefined, extra), signal, cache: "no-store" });
+      if (!response.ok) {
+        const error = await errorOf(response);
+        if (response.status >= 400 && response.status < 500 && response.status !== 429) {
+          if (response.status === 401) onUnauthorized(error);
+          onStatus("failed", error);
+          return;
+        }
+        throw error;
+      }
+      onStatus("live");
+      const parser = new SseParser((frame) => {
+        if (frame.id !== null) last = frame.id;
+        let data = frame.data;
+        try {
+          data = JSON.parse(frame.data);
+        } catch {
+          // leave it as text
+        }
+        onFrame(frame.event, data, frame.id);
+        if (frame.event === "end") {
+          ended = true;
+          onStatus("ended");
+        }
+      });
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        parser.push(value);
+      }
+    } catch (err) {
+      if (signal.aborted || err.name === "AbortError") return;
+      onStatus("reconnecting", err);
+    }
+    if (!ended && !signal.aborted) await sleep(retryMs, signal);
+  }
+}

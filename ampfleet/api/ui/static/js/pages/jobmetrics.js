@@ -1,0 +1,134 @@
+// A job's metric series as they stream in, and the panels drawn from them: loss and
+// validation curves, the step-time breakdown, AMP health and AllReduce bytes saved.
+import { lineChart, stackedBars } from "../charts.js";
+import { bytes, fill, h, num } from "../dom.js";
+
+export const STEP_PHASES = [
+  { key: "time_data_s", label: "data", color: "#94a3b8" },
+  { key: "time_forward_s", label: "forward", color: "#2563eb" },
+  { key: "time_backward_s", label: "backward", color: "#7c3aed" },
+  { key: "time_allreduce_exposed_s", label: "AllReduce (exposed)", color: "#dc2626" },
+  { key: "time_optimizer_s", label: "optimizer", color: "#16a34a" },
+];
+const STEP_BARS = 60; // the latest logged steps drawn in the breakdown
+const HALF = new Set(["bf16", "fp16"]);
+
+/** Metric points by name and step; a step logged again (after a restart) replaces the old value. */
+export class MetricStore {
+  constructor() {
+    this.byName = new Map();
+  }
+
+  add(points) {
+    for (const { name, step, value } of points) {
+      let series = this.byName.get(name);
+      if (!series) this.byName.set(name, (series = new Map()));
+      series.set(step, value);
+    }
+  }
+
+  names() {
+    return [...this.byName.keys()];
+  }
+
+  points(name) {
+    const series = this.byName.get(name);
+    return series ? [...series].sort((a, b) => a[0] - b[0]) : [];
+  }
+
+  last(name) {
+    const points = this.points(name);
+    return points.length ? points[points.length - 1] : null;
+  }
+}
+
+export function metricPanels() {
+  const el = {
+    loss: h("div", { id: "chart-loss", class: "chart-box" }),
+    validation: h("div", { id: "chart-validation", class: "chart-box" }),
+    stepTime: h("div", { id: "chart-step-time", class: "chart-box" }),
+    ampStats: h("dl", { id: "amp-stats", class: "stats" }),
+    gradNorm: h("div", { id: "chart-grad-norm", class: "chart-box" }),
+    lossScale: h("div", { id: "chart-loss-scale", class: "chart-box" }),
+    allreduce: h("div", { id: "allreduce" }),
+  };
+  const panels = [
+    h("section", { class: "panel" }, h("h2", {}, "Loss"), el.loss),
+    h("section", { class: "panel" }, h("h2", {}, "Validation"), el.validation),
+    h("section", { class: "panel" }, h("h2", {}, "Step time breakdown (s per logged step)"), el.stepTime),
+    h("section", { class: "panel", id: "amp-health" }, h("h2", {}, "AMP health"), el.ampStats, el.gradNorm, el.lossScale),
+    h("section", { class: "panel" }, h("h2", {}, "AllReduce bytes vs fp32"), el.allreduce),
+  ];
+  return { el, panels };
+}
+
+function stat(label, value, id) {
+  return [h("dt", {}, label), h("dd", id ? { id } : {}, value)];
+}
+
+function drawAllreduce(box, store, job) {
+  const last = store.last("allreduce_bytes");
+  const setting = job.allreduce_dtype;
+  const wire = setting.effective || (setting.requested !== "auto" ? setting.requested : null);
+  if (!last) {
+    fill(box, h("p", { class: "muted" }, "No AllReduce measured yet."));
+    return;
+  }
+  const sent = last[1];
+  if (!wire) {
+    fill(box, h("dl", { class: "stats" }, stat("bytes/step", bytes(sent)), stat("wire dtype", "not known yet")));
+    return;
+  }
+  const fp32 = HALF.has(wire) ? sent * 2 : sent;
+  const saved = fp32 - sent;
+  const percent = fp32 > 0 ? (saved / fp32) * 100 : 0;
+  const sentBar = h("span", { class: "bar-fill sent" });
+  sentBar.style.width = `${fp32 > 0 ? (sent / fp32) * 100 : 0}%`;
+  const steps = job.progress.step;
+  fill(
+    box,
+    h("dl", { class: "stats" },
+      stat("wire dtype", wire, "allreduce-dtype"),
+      stat("bytes/step", bytes(sent), "allreduce-bytes"),
+      stat("fp32 would be", bytes(fp32)),
+      stat("saved/step", `${bytes(saved)} (${percent.toFixed(0)}%)`, "allreduce-saved")),
+    h("div", { class: "compare", title: "bytes sent per step against fp32" },
+      h("span", { class: "bar" }, sentBar),
+      h("span", { class: "muted small" }, `${bytes(sent)} of ${bytes(fp32)}`)),
+    steps ? h("p", { class: "muted small" }, `≈ ${bytes(saved * steps)} saved over ${steps} steps`) : null,
+  );
+  box.dataset.savedPercent = percent.toFixed(1);
+}
+
+export function drawMetrics(el, store, job) {
+  lineChart(el.loss, [
+    { name: "loss", label: "train loss", points: store.points("loss") },
+    { name: "val_loss", label: "validation loss", points: store.points("val_loss") },
+  ]);
+  const validation = store.names().filter((n) => n.startsWith("val_") && n !== "val_loss").sort();
+  lineChart(el.validation, validation.map((name) => ({ name, points: store.points(name) })), {
+    emptyText: "no validation metrics yet (eval_every_steps)",
+  });
+
+  const times = new Map();
+  for (const phase of STEP_PHASES) {
+    for (const [step, value] of store.points(phase.key)) {
+      if (!times.has(step)) times.set(step, {});
+      times.get(step)[phase.key] = value;
+    }
+  }
+  const rows = [...times].sort((a, b) => a[0] - b[0]).slice(-STEP_BARS).map(([x, values]) => ({ x, values }));
+  stackedBars(el.stepTime, rows, STEP_PHASES, { yFormat: num });
+
+  const scale = store.last("loss_scale");
+  const skipped = store.last("skipped_steps");
+  const gradNorm = store.last("grad_norm");
+  fill(el.ampStats,
+    stat("loss scale", scale ? num(scale[1]) : "none (only fp16 scales the loss)", "amp-loss-scale"),
+    stat("skipped steps", skipped ? String(skipped[1]) : "—", "amp-skipped"),
+    stat("grad norm", gradNorm ? num(gradNorm[1]) : "—", "amp-grad-norm"));
+  lineChart(el.gradNorm, [{ name: "grad_norm", label: "grad norm", points: store.points("grad_norm") }], { height: 160 });
+  el.lossScale.hidden = !scale;
+  if (scale) lineChart(el.lossScale, [{ name: "loss_scale", label: "loss scale", points: store.points("loss_scale") }], { height: 160 });
+  drawAllreduce(el.allreduce, store, job);
+}

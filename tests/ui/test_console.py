@@ -1,0 +1,253 @@
+"""The web console (/ui) in headless Chromium, against a real fleet: api, scheduler and one
+worker node, each a real process, on PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
+
+from tests.factories import job_spec
+from tests.support.fleet import Fleet, running_fleet
+
+pytestmark = [pytest.mark.ui, pytest.mark.e2e]
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
+LONG = 1_000_000  # steps: a job that runs until it is cancelled
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    with running_fleet(tmp_path_factory.mktemp("ui-fleet")) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowserContext]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"headless Chromium is missing ({CHROMIUM}): run `make ui-deps`")
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            tmp_path_factory.mktemp("chromium-profile"),  # a fresh --user-data-dir
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_FLAGS,
+            viewport={"width": 1400, "height": 1000},
+        )
+        context.set_default_timeout(20_000)
+        yield context
+        context.close()
+
+
+@pytest.fixture
+def page(fleet: Fleet, browser: BrowserContext) -> Iterator[Page]:
+    """A new tab (so an empty sessionStorage); fails the test on any uncaught script error."""
+    tab = browser.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    yield tab
+    tab.close()  # closes its streams before the fleet stops
+    assert not errors, f"uncaught errors in the console: {errors}"
+
+
+def log_in(page: Page, fleet: Fleet, route: str = "#/jobs") -> None:
+    page.goto(f"{fleet.base_url}/ui/{route}")
+    page.fill("#api-key", fleet.admin_key)
+    page.click("#login-submit")
+    expect(page.locator("#nav")).to_be_visible()
+
+
+def cancel_quietly(fleet: Fleet, job_id: str) -> None:
+    fleet.http.post(f"/v1/jobs/{job_id}/cancel")
+    fleet.wait_for_state(job_id, {"CANCELLED"}, timeout=60)
+
+
+def test_console_loads_without_a_key_and_logs_in_with_one(fleet: Fleet, page: Page) -> None:
+    anonymous = httpx.get(f"{fleet.base_url}/ui", follow_redirects=True)
+    assert anonymous.status_code == 200
+    assert "text/html" in anonymous.headers["content-type"]
+    assert "default-src 'self'" in anonymous.headers["content-security-policy"]
+    assert httpx.get(f"{fleet.base_url}/ui/js/app.js").status_code == 200
+    assert httpx.get(f"{fleet.base_url}/v1/jobs").status_code == 401  # the API still needs one
+
+    page.goto(f"{fleet.base_url}/ui/")
+    expect(page.locator("#login-form")).to_be_visible()
+    page.fill("#api-key", "amp_not_a_key")
+    page.click("#login-submit")
+    expect(page.locator("#error .error-code")).to_have_text("unauthorized")
+    expect(page.locator("#error")).to_contain_text("not valid")
+    expect(page.locator("#login-form")).to_be_visible()
+
+    page.fill("#api-key", fleet.admin_key)
+    page.click("#login-submit")
+    expect(page.locator("#jobs-table")).to_be_visible()
+    expect(page.locator("#error")).to_be_hidden()
+    assert page.evaluate("sessionStorage.getItem('ampfleet.apiKey')") == fleet.admin_key
+    page.reload()  # the key lasts for the browser session
+    expect(page.locator("#jobs-table")).to_be_visible()
+    expect(page.locator("#login-form")).to_have_count(0)
+
+
+def test_api_errors_show_their_code_and_message(fleet: Fleet, page: Page) -> None:
+    log_in(page, fleet, "#/jobs/job_00000000000000000000000000")
+    expect(page.locator("#error .error-code")).to_have_text("not_found")
+    expect(page.locator("#error")).to_contain_text("HTTP 404")
+    expect(page.locator("#job-missing")).to_be_visible()
+
+
+def test_sse_parser_reassembles_frames_split_across_chunks(fleet: Fleet, page: Page) -> None:
+    page.goto(f"{fleet.base_url}/ui/")
+    chunks = [
+        "id: 1:2\nevent: prog",
+        'ress\ndata: {"a":',
+        "1}\n\n",
+        ": keep-alive\n\n",
+        "id: 3:4\r",  # a CR that may be half of a CRLF
+        "\nevent: end\r\ndata: x\r\n",
+        "data: y\r\n\r\n",
+        "event: logs\ndata: z\n\n",
+    ]
+    frames = page.evaluate(
+        """async (chunks) => {
+            const { SseParser } = await import("./js/sse.js");
+            const frames = [];
+            const parser = new SseParser((frame) => frames.push(frame));
+            for (const chunk of chunks) parser.push(chunk);
+            return frames;
+        }""",
+        chunks,
+    )
+    assert frames == [
+        {"event": "progress", "data": '{"a":1}', "id": "1:2"},
+        {"event": "end", "data": "x\ny", "id": "3:4"},
+        {"event": "logs", "data": "z", "id": "3:4"},  # the last id seen holds until replaced
+    ]
+
+
+def save_screenshot(page: Page, name: str, capsys: pytest.CaptureFixture[str]) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path), full_page=True)
+    with capsys.disabled():
+        print(f"\nscreenshot: {path}")
+    return path
+
+
+def test_job_page_follows_a_run_to_success_with_live_charts(
+    fleet: Fleet, page: Page, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = fleet.submit(job_spec(name="ui-success", stop={"max_steps": 150}, eval_every_steps=50))
+    log_in(page, fleet)
+    row = page.locator(f"#jobs-table tr[data-job='{job['id']}']")
+    expect(row).to_be_visible()
+    expect(row.locator(".project")).to_have_text("default")
+    expect(row.locator(".precision")).to_contain_text("bf16")
+    expect(row.locator(".allreduce")).to_have_text("bf16")
+    row.click()
+    expect(page).to_have_url(re.compile(f"#/jobs/{job['id']}$"))
+
+    expect(page.locator("#job-state")).to_have_attribute("data-state", "SUCCEEDED", timeout=150_000)
+    expect(page.locator("#progress-text")).to_contain_text("step 150 of 150")
+    for state in ("QUEUED", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED"):
+        expect(page.locator(f"#timeline li.transition[data-to='{state}']")).to_have_count(1)
+
+    loss = page.locator("#chart-loss polyline.series[data-series='loss']")
+    expect(loss).to_have_count(1)
+    assert int(loss.get_attribute("data-points") or 0) >= 10  # logged every 10 steps
+    assert len((loss.get_attribute("points") or "").split()) >= 10
+    expect(page.locator("#chart-loss polyline.series[data-series='val_loss']")).to_have_count(1)
+    expect(page.locator("#chart-validation polyline[data-series='val_accuracy']")).to_have_count(1)
+    bars = page.locator("#chart-step-time rect.bar-seg")
+    assert bars.count() >= 5 * 10
+    assert set(bars.evaluate_all("rects => rects.map(r => r.dataset.key)")) == {
+        "time_data_s",
+        "time_forward_s",
+        "time_backward_s",
+        "time_allreduce_exposed_s",
+        "time_optimizer_s",
+    }
+    expect(page.locator("#chart-grad-norm polyline[data-series='grad_norm']")).to_have_count(1)
+    expect(page.locator("#amp-skipped")).to_have_text("0")
+    expect(page.locator("#allreduce-dtype")).to_have_text("bf16")
+    expect(page.locator("#allreduce")).to_have_attribute("data-saved-percent", "50.0")
+    expect(page.locator("#logs .log-line").first).to_be_visible()
+    expect(page.locator("#cancel-job")).to_be_disabled()
+
+    assert save_screenshot(page, "job-page.png", capsys).stat().st_size > 10_000
+
+    # The list's filters: the finished job is among the finished, not among the running.
+    page.click("a[data-nav='jobs']")
+    page.select_option("#filter-state", "finished")
+    expect(page).to_have_url(re.compile(r"#/jobs\?state=finished$"))
+    expect(page.locator(f"#jobs-table tr[data-job='{job['id']}']")).to_be_visible()
+    save_screenshot(page, "jobs-page.png", capsys)
+    page.select_option("#filter-state", "RUNNING")
+    expect(page.locator(f"#jobs-table tr[data-job='{job['id']}']")).to_have_count(0)
+    page.select_option("#filter-state", "")
+    page.fill("#filter-project", "no-such-project")
+    page.press("#filter-project", "Enter")
+    expect(page.locator("#jobs-table td.empty")).to_have_text("No jobs match.")
+
+
+def test_cancel_a_running_job_from_its_page(fleet: Fleet, page: Page) -> None:
+    job = fleet.submit(job_spec(name="ui-cancel", stop={"max_steps": LONG}))
+    try:
+        log_in(page, fleet, f"#/jobs/{job['id']}")
+        expect(page.locator("#job-state")).to_have_attribute(
+            "data-state", "RUNNING", timeout=90_000
+        )
+        expect(page.locator("#eta")).to_contain_text("ETA")
+
+        page.select_option("#priority", "high")
+        expect(page.locator("#action-notice")).to_have_text("priority set to high")
+        assert fleet.job(job["id"])["priority"] == "high"
+
+        page.click("#cancel-job")
+        page.click("#confirm-cancel")
+        expect(page.locator("#job-state")).to_have_attribute(
+            "data-state", "CANCELLED", timeout=60_000
+        )
+        expect(page.locator("#timeline li[data-to='CANCELLING']")).to_have_count(1)
+        expect(page.locator("#timeline li[data-to='CANCELLED']")).to_have_count(1)
+        expect(page.locator("#cancel-job")).to_be_disabled()
+    finally:
+        if fleet.job(job["id"])["state"] != "CANCELLED":
+            cancel_quietly(fleet, job["id"])
+
+
+def test_fleet_page_shows_the_node_and_the_queue(
+    fleet: Fleet, page: Page, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = fleet.submit(job_spec(name="ui-blocker", stop={"max_steps": LONG}))
+    waiting: dict[str, object] = {}
+    try:
+        fleet.wait_for_state(blocker["id"], {"RUNNING"}, timeout=90)
+        waiting = fleet.submit(job_spec(name="ui-waiting"))
+        log_in(page, fleet, "#/fleet")
+        node = page.locator("#nodes .node[data-node='node-a']")
+        expect(node).to_be_visible()
+        expect(node.locator(".node-alive")).to_have_text("alive")
+        expect(node.locator(".slot.used")).to_have_count(2)
+        expect(node.locator(".slot-count")).to_have_text("2 used / 0 free")
+        queued = page.locator(f"#queue tr[data-job='{waiting['id']}']")
+        expect(queued.locator(".position")).to_have_text("1")
+        expect(queued.locator(".pending-reason")).not_to_have_text("—")
+        save_screenshot(page, "fleet-page.png", capsys)
+    finally:
+        for job in (waiting, blocker):
+            if job:
+                cancel_quietly(fleet, str(job["id"]))
