@@ -1,3 +1,23 @@
-"""ampfleet: training-as-a-service backend."""
+"""ampfleet: training-as-a-service backend.
+
+`from ampfleet import Client` (or `AsyncClient`) is the Python SDK; it is imported on first
+use, so the server processes, which import this package too, do not load it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ampfleet.sdk import AsyncClient, Client
 
 __version__ = "0.1.0"
+__all__ = ["AsyncClient", "Client", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Client", "AsyncClient"):
+        from ampfleet import sdk
+
+        return getattr(sdk, name)
+    raise AttributeError(f"module 'ampfleet' has no attribute {name!r}")

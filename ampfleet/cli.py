@@ -1,4 +1,5 @@
-"""`ampfleet`: run the processes (api, scheduler, worker, up) and manage the database."""
+"""`ampfleet`: run the processes (api, scheduler, worker, up) and manage the database; the
+API's user commands (submit, status, ...) come from cli_client.py."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from types import FrameType
 
 import typer
 
+from ampfleet.cli_client import register as register_client_commands
 from ampfleet.core.logs import configure_logging
 from ampfleet.core.settings import get_settings
 
@@ -171,6 +173,9 @@ def up() -> None:
         except subprocess.TimeoutExpired:
             child.kill()
     raise typer.Exit(exit_code)
+
+
+register_client_commands(app)  # submit, status, list, logs, cancel, metrics, keys
 
 
 def main() -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import bindparam, insert, select, tuple_, update
+from sqlalchemy import Table, bindparam, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from ampfleet.core import webhooks
@@ -171,7 +171,7 @@ def _explain(session: Session, snapshot: Snapshot, decision: Decision) -> None:
     if rows:
         # A Core UPDATE, executed once per row by the driver (executemany): the ORM would
         # treat a bulk UPDATE on the mapped class as "by primary key" and want `id` keys.
-        jobs = Job.__table__
+        jobs = cast(Table, Job.__table__)
         session.connection().execute(
             update(jobs)
             .where(jobs.c.id == bindparam("b_id"), jobs.c.state == JobState.QUEUED.value)

@@ -1,0 +1,399 @@
+"""`ampfleet submit|status|list|logs|cancel|metrics|keys`: the API from a shell, through the
+SDK. Every command takes `--url` and `--key` (defaults: AMPFLEET_URL, AMPFLEET_API_KEY, then
+`var/admin.key`). An error answer prints its message and offending fields, and exits 1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from ampfleet import cli_plot
+from ampfleet.core.states import JobState
+from ampfleet.sdk import (
+    ApiError,
+    Client,
+    ClientError,
+    Event,
+    EventFrame,
+    Job,
+    MetricSeries,
+    ProgressFrame,
+    StateFrame,
+    Unauthorized,
+)
+from ampfleet.sdk.flows import Role
+
+Url = Annotated[
+    str | None,
+    typer.Option("--url", help="API address [default: $AMPFLEET_URL or http://127.0.0.1:8000]"),
+]
+Key = Annotated[
+    str | None,
+    typer.Option("--key", help="API key [default: $AMPFLEET_API_KEY, else var/admin.key]"),
+]
+JobId = Annotated[str, typer.Argument(help="The job's id (job_...).", show_default=False)]
+PANEL = "Use the API"
+STATE_STYLES = {"SUCCEEDED": "green", "RUNNING": "cyan", "QUEUED": "yellow"}
+keys_app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
+
+
+def _stdout() -> Console:
+    return Console(highlight=False)
+
+
+def _report(error: ClientError, key_given: bool) -> None:
+    console = Console(stderr=True, highlight=False)
+    message = error.message if isinstance(error, ApiError) else str(error)
+    console.print(f"[red]error:[/red] {escape(message)}")
+    for detail in error.details if isinstance(error, ApiError) else []:
+        if f"{detail.field}: {detail.message}" not in message:  # not already in its summary
+            console.print(f"  [red]{escape(detail.field or '-')}[/red]: {escape(detail.message)}")
+    if isinstance(error, Unauthorized) and not key_given:
+        console.print("  give a key with --key or AMPFLEET_API_KEY")
+
+
+@contextmanager
+def _client(url: str | None, key: str | None) -> Iterator[Client]:
+    """A client whose errors end the command with their message, never a traceback."""
+    client = Client(url, key)
+    try:
+        yield client
+    except ClientError as error:
+        _report(error, key_given=client.api_key is not None)
+        raise typer.Exit(1) from None
+    finally:
+        client.close()
+
+
+def _state(state: JobState) -> str:
+    style = STATE_STYLES.get(state.value, "red" if state.is_terminal() else "white")
+    return f"[{style}]{state.value}[/{style}]"
+
+
+def _when(moment: datetime | None, short: bool = False) -> str:
+    """Local time; `short` leaves the year out, for tables."""
+    if moment is None:
+        return "-"
+    return moment.astimezone().strftime("%m-%d %H:%M:%S" if short else "%Y-%m-%d %H:%M:%S")
+
+
+def _steps(job: Job) -> str:
+    total = job.progress.total_steps
+    return f"{job.progress.step}/{total}" if total else str(job.progress.step)
+
+
+def _describe(event: Event) -> str:
+    what = f"{escape(event.reason)}: {escape(event.message)}"
+    if event.to_state is None:
+        return f"  [dim]{what}[/dim]"
+    moved = f"{event.from_state} -> " if event.from_state else ""
+    return f"{moved}{_state(event.to_state)}  [dim]{what}[/dim]"
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], empty: str) -> None:
+    """A table whose first column (an id) never wraps; `empty` when there are no rows."""
+    table = Table(*headers)
+    table.columns[0].no_wrap = True
+    for row in rows:
+        table.add_row(*row)
+    _stdout().print(table if rows else empty)
+
+
+def _follow(client: Client, job: Job, console: Console) -> Job:
+    """A progress bar (step/total, loss, ETA) and the transitions, until the job ends."""
+    columns = (
+        TextColumn("{task.description:<10}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task(job.state.value, total=job.progress.total_steps, loss="-")
+        for frame in client.stream_events(job.id):
+            if isinstance(frame, StateFrame | EventFrame):
+                progress.console.print(_describe(frame.event))
+            elif isinstance(frame, ProgressFrame):
+                loss = frame.latest_metrics.get("loss")
+                progress.update(
+                    task,
+                    description=frame.state.value,
+                    completed=frame.step,
+                    total=frame.total_steps,
+                    loss="-" if loss is None else f"{loss:.4f}",
+                )
+    return client.get(job.id)
+
+
+def submit(
+    spec: Annotated[Path, typer.Argument(help="The job spec: a YAML (or JSON) file.")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Show progress until the job ends.")
+    ] = False,
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="The same key and spec give the same job.")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print the job id only.")] = False,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Submit a job; with --follow, exit 0 only if it SUCCEEDED."""
+    console = _stdout()
+    with _client(url, key) as client:
+        job = client.submit(spec, idempotency_key)
+        if quiet:
+            typer.echo(job.id)
+        else:
+            console.print(f"submitted [bold]{job.id}[/bold] ({_state(job.state)})")
+        if not follow:
+            return
+        try:
+            job = _follow(client, job, console)
+        except KeyboardInterrupt:
+            console.print(f"stopped following; the job goes on: ampfleet status {job.id}")
+            raise typer.Exit(130) from None
+    console.print(f"{job.id} {_state(job.state)}")
+    if job.failure_reason:
+        console.print(f"[red]{escape(job.failure_reason)}[/red]")
+    if job.state is not JobState.SUCCEEDED:
+        raise typer.Exit(1)
+
+
+def status(
+    job_id: JobId,
+    as_json: Annotated[bool, typer.Option("--json", help="The job as JSON.")] = False,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """State, progress and ETA, queue position, latest metrics and precision of a job."""
+    with _client(url, key) as client:
+        job = client.get(job_id)
+    if as_json:
+        typer.echo(job.model_dump_json(indent=2))
+        return
+    progress = job.progress
+    eta = f", ETA {progress.eta_seconds:.0f}s" if progress.eta_seconds is not None else ""
+    percent = f" ({progress.fraction:.0%})" if progress.fraction is not None else ""
+    rows = [
+        ("job", f"[bold]{job.id}[/bold] {escape(job.name or '')}"),
+        ("project", f"{job.project}, recipe {job.recipe}"),
+        ("state", f"{_state(job.state)} (attempt {job.attempt}, priority {job.priority})"),
+        ("progress", f"{_steps(job)}{percent}{eta}"),
+    ]
+    if job.queue is not None:
+        queue = job.queue
+        reason = f": {escape(queue.pending_reason)}" if queue.pending_reason else ""
+        rows.append(("queue", f"position {queue.position or '-'}{reason}"))
+    if job.latest_metrics:
+        metrics = sorted(job.latest_metrics.items())
+        rows.append(("metrics", "  ".join(f"{name}={value:.4g}" for name, value in metrics)))
+    for name, setting in (("precision", job.precision), ("allreduce", job.allreduce_dtype)):
+        rows.append((name, f"{setting.effective or '-'} (requested {setting.requested})"))
+    if job.failure_reason:
+        rows.append(("failure", f"[red]{escape(job.failure_reason)}[/red]"))
+    rows += [("created", _when(job.created_at)), ("started", _when(job.started_at))]
+    rows.append(("finished", _when(job.finished_at)))
+    table = Table.grid(padding=(0, 2))
+    for row in rows:
+        table.add_row(*row)
+    _stdout().print(table)
+
+
+def list_jobs(
+    state: Annotated[
+        list[JobState] | None, typer.Option("--state", "-s", help="Repeat to match any.")
+    ] = None,
+    project: Annotated[str | None, typer.Option(help="Only this project's jobs.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many, newest first.")] = 20,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Jobs, newest first, as a table."""
+    with _client(url, key) as client:
+        jobs = list(client.list(state=state, project=project, limit=limit))
+    rows = [
+        (
+            job.id,
+            escape(job.name or ""),
+            job.project,
+            _state(job.state),
+            _steps(job),
+            _number(job.latest_metrics.get("loss"), ".4f"),
+            _when(job.created_at, short=True),
+        )
+        for job in jobs
+    ]
+    _print_table(("ID", "NAME", "PROJECT", "STATE", "STEP", "LOSS", "CREATED"), rows, "no jobs")
+
+
+def logs(
+    job_id: JobId,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Go on with new lines until the job ends.")
+    ] = False,
+    rank: Annotated[int | None, typer.Option(min=0, help="Only this rank's lines.")] = None,
+    tail: Annotated[int | None, typer.Option(min=1, help="Start at the last N lines.")] = None,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Log lines of every rank (stdout and stderr), each after its rank: `[0] ...`."""
+    with _client(url, key) as client:
+        try:
+            for line in client.logs(job_id, rank=rank, tail=tail, follow=follow):
+                typer.echo(f"[{line.rank}] {line.line}")
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+
+def cancel(job_id: JobId, url: Url = None, key: Key = None) -> None:
+    """Cancel a job: queued, it ends at once; placed, every rank is stopped."""
+    with _client(url, key) as client:
+        job = client.cancel(job_id)
+    _stdout().print(f"{job.id} {_state(job.state)}")
+
+
+def _summary(series: list[MetricSeries]) -> None:
+    rows = [
+        (
+            one.name,
+            str(one.summary.count),
+            _number(one.summary.last, ".4g"),
+            f"{one.summary.min:.4g}",
+            f"{one.summary.max:.4g}",
+            f"{one.summary.best:.4g} at step {one.summary.best_step}",
+        )
+        for one in series
+    ]
+    _print_table(("METRIC", "POINTS", "LAST", "MIN", "MAX", "BEST"), rows, "no metrics")
+
+
+def metrics(
+    job_id: JobId,
+    names: Annotated[
+        str | None, typer.Option(help="Comma-separated metric names [default: all; plot: loss]")
+    ] = None,
+    plot: Annotated[
+        str | None, typer.Option(help="Plot to FILE.png (matplotlib), or '-' in the terminal.")
+    ] = None,
+    max_points: Annotated[int, typer.Option(min=2, help="Points per series, at most.")] = 1000,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """A summary of each metric series; with --plot, their curves."""
+    wanted = names or (None if plot is None else "loss")
+    with _client(url, key) as client:
+        series = client.metrics(job_id, names=wanted, max_points=max_points)
+    console = _stdout()
+    if not series:
+        console.print(f"no metrics for {job_id}" + (f" named {wanted}" if wanted else ""))
+        raise typer.Exit(1 if plot else 0)
+    if plot is None:
+        _summary(series)
+    elif plot == "-":
+        for one in series:
+            typer.echo(cli_plot.text_chart(one))
+    else:
+        _save_png(series, Path(plot), job_id)
+        console.print(f"wrote {plot}")
+
+
+def _save_png(series: list[MetricSeries], path: Path, title: str) -> None:
+    try:
+        cli_plot.png_chart(series, path, title)
+    except ImportError:
+        Console(stderr=True).print(
+            "[red]error:[/red] a PNG needs matplotlib: pip install 'ampfleet[plot]' "
+            "(or use --plot - for a chart in the terminal)"
+        )
+        raise typer.Exit(1) from None
+
+
+@keys_app.command("create")
+def create_key(
+    role: Annotated[Role, typer.Option(help="What the key may do.")] = "write",
+    name: Annotated[str, typer.Option(help="A label for the key.")] = "",
+    project: Annotated[
+        str | None, typer.Option(help="[default: the project of the key in use]")
+    ] = None,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Create a key and print it: it is shown this once."""
+    with _client(url, key) as client:
+        created = client.keys.create(role=role, name=name, project=project)
+    Console(stderr=True).print(
+        f"created {created.id} ({created.role}, project {created.project}); "
+        "the key is shown this once:"
+    )
+    typer.echo(created.key)
+
+
+@keys_app.command("list")
+def list_keys(
+    project: Annotated[str | None, typer.Option(help="Only this project's keys.")] = None,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Keys (never their secrets): role, project, last use, revocation."""
+    with _client(url, key) as client:
+        keys = client.keys.list(project=project)
+    rows = [
+        (
+            row.id,
+            row.project,
+            row.role,
+            escape(row.name),
+            _when(row.created_at, short=True),
+            _when(row.last_used_at, short=True),
+            _when(row.revoked_at, short=True),
+        )
+        for row in keys
+    ]
+    headers = ("ID", "PROJECT", "ROLE", "NAME", "CREATED", "LAST USED", "REVOKED")
+    _print_table(headers, rows, "no keys")
+
+
+@keys_app.command("revoke")
+def revoke_key(
+    key_id: Annotated[str, typer.Argument(help="The key's id (not the key itself).")],
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Revoke a key; it stops working at once."""
+    with _client(url, key) as client:
+        client.keys.revoke(key_id)
+    _stdout().print(f"revoked {key_id}")
+
+
+def register(app: typer.Typer) -> None:
+    """Adds these commands to the `ampfleet` app."""
+    for command, name in (
+        (submit, "submit"),
+        (status, "status"),
+        (list_jobs, "list"),
+        (logs, "logs"),
+        (cancel, "cancel"),
+        (metrics, "metrics"),
+    ):
+        app.command(name, rich_help_panel=PANEL)(command)
+    app.add_typer(keys_app, name="keys", rich_help_panel=PANEL)

@@ -1,0 +1,177 @@
+"""`AsyncClient`: the surface of `Client`, with async I/O (asyncio or trio, through anyio).
+
+    async with AsyncClient() as client:
+        job = await client.submit("job.yaml")
+        async with contextlib.aclosing(client.stream_events(job.id)) as frames:
+            async for frame in frames:
+                print(frame)
+
+Close an async iterator you leave early (`aclosing`), so that its connection is released
+then rather than whenever the event loop collects it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from functools import cached_property
+from types import TracebackType
+from typing import Any, TypeVar
+
+import anyio
+import httpx
+
+from ampfleet.core.spec import Priority
+from ampfleet.sdk import models
+from ampfleet.sdk.base import ClientBase
+from ampfleet.sdk.flows import Role, SpecInput, States
+from ampfleet.sdk.protocol import Flow, Item, IterFlow, ReadLine, Sleep, Step, Stepper
+
+T = TypeVar("T")
+
+
+class _AsyncIo:
+    """The async I/O of one flow run, and the stream it has open, if any."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+        self.stream: httpx.Response | None = None
+        self.lines: AsyncIterator[str] | None = None
+
+    async def perform(self, step: Step) -> Any:
+        if isinstance(step, Sleep):
+            await anyio.sleep(step.seconds)
+            return None
+        if isinstance(step, ReadLine):
+            line = await anext(self.lines, None) if self.lines else None
+            if line is None:
+                await self.close()
+            return line
+        await self.close()
+        response = await self.http.send(step.build(self.http), stream=step.stream)
+        if step.stream and response.is_success:
+            self.stream, self.lines = response, response.aiter_lines()
+        elif step.stream:
+            await response.aread()
+            await response.aclose()
+        return response
+
+    async def close(self) -> None:
+        if self.stream is not None:
+            await self.stream.aclose()
+            self.stream, self.lines = None, None
+
+
+class AsyncKeys:
+    """API keys: `await client.keys.create(...)`, `.list()`, `.revoke(key_id)`."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def create(
+        self, role: Role = "write", name: str = "", project: str | None = None
+    ) -> models.CreatedKey:
+        return await self._client._run(self._client._ops.create_key(role, name, project))
+
+    async def revoke(self, key_id: str) -> None:
+        await self._client._run(self._client._ops.revoke_key(key_id))
+
+    async def list(self, project: str | None = None) -> list[models.Key]:
+        return await self._client._run(self._client._ops.list_keys(project))
+
+
+class AsyncClient(ClientBase[httpx.AsyncClient]):
+    """`Client` with async methods and async iterators: the same arguments, defaults,
+    results and errors (see Client's methods for what each does).
+    """
+
+    def _connect(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout, headers=self.headers)
+
+    @cached_property
+    def keys(self) -> AsyncKeys:
+        return AsyncKeys(self)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def _drive(self, stepper: Stepper) -> AsyncIterator[Any]:
+        io = _AsyncIo(self._http)
+        try:
+            while (step := stepper.next()) is not None:
+                if not isinstance(step, Item):
+                    try:
+                        stepper.answer(await io.perform(step))
+                    except httpx.TransportError as exc:
+                        await io.close()
+                        stepper.fail(exc)
+                    continue
+                yield step.value
+        finally:
+            await io.close()
+            stepper.flow.close()
+
+    async def _run(self, flow: Flow[T]) -> T:
+        stepper = Stepper(flow)
+        async for _ in self._drive(stepper):
+            raise TypeError("an operation that returns one value yielded items")
+        result: T = stepper.value
+        return result
+
+    def _iterate(self, flow: IterFlow[T]) -> AsyncIterator[T]:
+        return self._drive(Stepper(flow))
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    async def submit(self, spec: SpecInput, idempotency_key: str | None = None) -> models.Job:
+        return await self._run(self._ops.submit(spec, idempotency_key))
+
+    async def get(self, job_id: str) -> models.Job:
+        return await self._run(self._ops.get(job_id))
+
+    async def cancel(self, job_id: str) -> models.Job:
+        return await self._run(self._ops.cancel(job_id))
+
+    async def set_priority(self, job_id: str, priority: Priority | str) -> models.Job:
+        return await self._run(self._ops.set_priority(job_id, priority))
+
+    async def wait(
+        self, job_id: str, timeout: float | None = None, poll: float = 0.5, max_poll: float = 5.0
+    ) -> models.Job:
+        return await self._run(self._ops.wait(job_id, timeout, poll, max_poll))
+
+    # -- what a job reports -------------------------------------------------------------------
+
+    async def events(self, job_id: str, after: int = 0) -> list[models.Event]:
+        return await self._run(self._ops.events(job_id, after))
+
+    def stream_events(
+        self, job_id: str, last_event_id: str | None = None
+    ) -> AsyncIterator[models.JobFrame]:
+        return self._iterate(self._ops.stream_events(job_id, last_event_id))
+
+    async def metrics(
+        self, job_id: str, names: str | Iterable[str] | None = None, max_points: int | None = None
+    ) -> list[models.MetricSeries]:
+        return await self._run(self._ops.metrics(job_id, names, max_points))
+
+    def logs(
+        self, job_id: str, rank: int | None = None, tail: int | None = None, follow: bool = False
+    ) -> AsyncIterator[models.LogLine]:
+        return self._iterate(self._ops.logs(job_id, rank, tail, follow))
+
+    async def nodes(self) -> list[models.Node]:
+        return await self._run(self._ops.nodes())
+
+    # Last: below it, `list` would name this method in annotations.
+    def list(
+        self, state: States = None, project: str | None = None, limit: int | None = None
+    ) -> AsyncIterator[models.Job]:
+        return self._iterate(self._ops.list_jobs(state, project, limit, self.page_size))

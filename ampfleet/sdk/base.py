@@ -1,0 +1,50 @@
+"""What `Client` and `AsyncClient` share: configuration, headers and the operations."""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+import httpx
+
+from ampfleet import __version__
+from ampfleet.sdk import config
+from ampfleet.sdk.flows import Operations
+
+HttpT = TypeVar("HttpT", httpx.Client, httpx.AsyncClient)
+
+
+class ClientBase(Generic[HttpT]):
+    page_size = 100  # jobs a request when `list` goes through the pages
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        max_retry_after: float = 60.0,
+        max_reconnects: int = 5,
+    ) -> None:
+        """`base_url` defaults to AMPFLEET_URL (else http://127.0.0.1:8000); `api_key` to
+        AMPFLEET_API_KEY, else the key in `var/admin.key` under the current folder. Answers
+        429 are retried `max_retries` times after their Retry-After (when that is at most
+        `max_retry_after` seconds); a live stream reconnects from its last frame, up to
+        `max_reconnects` times in a row."""
+        self.base_url, self.api_key = config.resolve(base_url, api_key)
+        self.timeout = timeout
+        self.headers = {"Accept": "application/json", "User-Agent": f"ampfleet/{__version__}"}
+        if self.api_key:
+            self.headers["Authorization"] = f"Bearer {self.api_key}"
+        self._ops = Operations(
+            max_retries=max_retries,
+            max_retry_after=max_retry_after,
+            max_reconnects=max_reconnects,
+        )
+        self._http: HttpT = self._connect()
+
+    def _connect(self) -> HttpT:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.base_url!r})"

@@ -1,0 +1,197 @@
+"""`Client`: the API from Python, with blocking I/O.
+
+from ampfleet import Client
+
+with Client() as client:  # AMPFLEET_URL, AMPFLEET_API_KEY, or var/admin.key
+    job = client.submit("job.yaml")
+    for frame in client.stream_events(job.id):
+        print(frame)
+    print(client.wait(job.id).state)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from functools import cached_property
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from ampfleet.core.spec import Priority
+from ampfleet.sdk import models
+from ampfleet.sdk.base import ClientBase
+from ampfleet.sdk.flows import Role, SpecInput, States
+from ampfleet.sdk.protocol import Flow, Item, IterFlow, ReadLine, Sleep, Step, Stepper
+
+T = TypeVar("T")
+
+
+class _Io:
+    """The blocking I/O of one flow run, and the stream it has open, if any."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self.http = http
+        self.stream: httpx.Response | None = None
+        self.lines: Iterator[str] = iter(())
+
+    def perform(self, step: Step) -> Any:
+        if isinstance(step, Sleep):
+            time.sleep(step.seconds)
+            return None
+        if isinstance(step, ReadLine):
+            line = next(self.lines, None)
+            if line is None:
+                self.close()
+            return line
+        self.close()
+        response = self.http.send(step.build(self.http), stream=step.stream)
+        if step.stream and response.is_success:
+            self.stream, self.lines = response, response.iter_lines()
+        elif step.stream:
+            response.read()
+            response.close()
+        return response
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+            self.stream, self.lines = None, iter(())
+
+
+class Client(ClientBase[httpx.Client]):
+    """A client of the ampfleet API; error answers raise `ApiError` subclasses.
+
+    Use it as a context manager, or call `close()`. Iterators hold a connection until
+    they are exhausted or closed.
+    """
+
+    def _connect(self) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, timeout=self.timeout, headers=self.headers)
+
+    @cached_property
+    def keys(self) -> Keys:
+        """API keys: `client.keys.create(...)`, `.list()`, `.revoke(key_id)`."""
+        return Keys(self)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _drive(self, stepper: Stepper) -> Iterator[Any]:
+        io = _Io(self._http)
+        try:
+            while (step := stepper.next()) is not None:
+                if isinstance(step, Item):
+                    yield step.value
+                    continue
+                try:
+                    stepper.answer(io.perform(step))
+                except httpx.TransportError as exc:
+                    io.close()
+                    stepper.fail(exc)
+        finally:
+            io.close()
+            stepper.flow.close()
+
+    def _run(self, flow: Flow[T]) -> T:
+        stepper = Stepper(flow)
+        for _ in self._drive(stepper):
+            raise TypeError("an operation that returns one value yielded items")
+        result: T = stepper.value
+        return result
+
+    def _iterate(self, flow: IterFlow[T]) -> Iterator[T]:
+        return self._drive(Stepper(flow))
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def submit(self, spec: SpecInput, idempotency_key: str | None = None) -> models.Job:
+        """Submits a JobSpec, a dict, or the path of a YAML file; a spec that cannot be valid
+        raises SpecError before any request. The same idempotency key and spec give the
+        same job (a different spec with that key is refused)."""
+        return self._run(self._ops.submit(spec, idempotency_key))
+
+    def get(self, job_id: str) -> models.Job:
+        return self._run(self._ops.get(job_id))
+
+    def cancel(self, job_id: str) -> models.Job:
+        """A queued job ends CANCELLED at once, a placed one goes CANCELLING first."""
+        return self._run(self._ops.cancel(job_id))
+
+    def set_priority(self, job_id: str, priority: Priority | str) -> models.Job:
+        """`low`, `normal` or `high`; the scheduler applies it from its next pass."""
+        return self._run(self._ops.set_priority(job_id, priority))
+
+    def wait(
+        self, job_id: str, timeout: float | None = None, poll: float = 0.5, max_poll: float = 5.0
+    ) -> models.Job:
+        """Polls (after `poll` seconds, 1.5x longer each time up to `max_poll`) until the job
+        is terminal and returns it; raises WaitTimeout after `timeout` seconds."""
+        return self._run(self._ops.wait(job_id, timeout, poll, max_poll))
+
+    # -- what a job reports -------------------------------------------------------------------
+
+    def events(self, job_id: str, after: int = 0) -> list[models.Event]:
+        """Every transition and notable event (with an id above `after`), oldest first."""
+        return self._run(self._ops.events(job_id, after))
+
+    def stream_events(
+        self, job_id: str, last_event_id: str | None = None
+    ) -> Iterator[models.JobFrame]:
+        """Live frames (StateFrame, EventFrame, ProgressFrame, MetricsFrame, then EndFrame)
+        until the job ends. A dropped connection is resumed from the last frame; to resume
+        later yourself, pass the last frame's `id` as `last_event_id`."""
+        return self._iterate(self._ops.stream_events(job_id, last_event_id))
+
+    def metrics(
+        self, job_id: str, names: str | Iterable[str] | None = None, max_points: int | None = None
+    ) -> list[models.MetricSeries]:
+        """Each series (all, or `names`), downsampled by the server to `max_points`."""
+        return self._run(self._ops.metrics(job_id, names, max_points))
+
+    def logs(
+        self, job_id: str, rank: int | None = None, tail: int | None = None, follow: bool = False
+    ) -> Iterator[models.LogLine]:
+        """Lines of every rank (or of `rank`), the last `tail` of them; with `follow`, then
+        the lines as they are written, until the job ends."""
+        return self._iterate(self._ops.logs(job_id, rank, tail, follow))
+
+    def nodes(self) -> list[models.Node]:
+        """Worker nodes with their slots and liveness."""
+        return self._run(self._ops.nodes())
+
+    # Last: below it, `list` would name this method in annotations.
+    def list(
+        self, state: States = None, project: str | None = None, limit: int | None = None
+    ) -> Iterator[models.Job]:
+        """Jobs (in any of the states `state`), newest first, across pages; `limit` at most."""
+        return self._iterate(self._ops.list_jobs(state, project, limit, self.page_size))
+
+
+class Keys:
+    """API keys of the fleet (admin) or of the key's own project."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(
+        self, role: Role = "write", name: str = "", project: str | None = None
+    ) -> models.CreatedKey:
+        """A new key; its secret (`.key`) is shown this once."""
+        return self._client._run(self._client._ops.create_key(role, name, project))
+
+    def revoke(self, key_id: str) -> None:
+        """The key stops working at once."""
+        self._client._run(self._client._ops.revoke_key(key_id))
+
+    def list(self, project: str | None = None) -> list[models.Key]:
+        return self._client._run(self._client._ops.list_keys(project))

@@ -1,0 +1,240 @@
+"""Every API operation, once, as a flow (see protocol.py): `Client` and `AsyncClient` run
+these and add nothing but the I/O."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from ampfleet.core.spec import JobSpec, Priority
+from ampfleet.core.states import JobState
+from ampfleet.sdk.errors import (
+    ErrorDetail,
+    RateLimited,
+    SpecError,
+    WaitTimeout,
+    error_from_response,
+)
+from ampfleet.sdk.models import (
+    CreatedKey,
+    Event,
+    Job,
+    JobFrame,
+    JobPage,
+    Key,
+    LogLine,
+    LogPage,
+    MetricSeries,
+    MetricsPage,
+    Node,
+)
+from ampfleet.sdk.protocol import Flow, Item, IterFlow, Query, Request, Sleep, query
+from ampfleet.sdk.streams import SSE_MEDIA_TYPE, JobFrames, log_lines, resumable_stream
+
+SpecInput = JobSpec | Mapping[str, Any] | str | os.PathLike[str]
+States = JobState | str | Iterable[JobState | str] | None
+Role = Literal["admin", "write", "read"]
+EVENTS_PAGE = 1000
+LOGS_PAGE = 1000
+_events = TypeAdapter(list[Event])
+_nodes = TypeAdapter(list[Node])
+_keys = TypeAdapter(list[Key])
+
+
+def load_spec(spec: SpecInput) -> JobSpec:
+    """A JobSpec from a JobSpec, a mapping, or the path of a YAML (or JSON) file; a spec that
+    cannot be valid raises SpecError with the offending fields, before any request."""
+    if isinstance(spec, JobSpec):
+        return spec
+    if isinstance(spec, str | os.PathLike):
+        path = Path(spec)
+        try:
+            spec = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise SpecError(
+                422, "invalid_spec", f"cannot read the job spec {path}: {exc}"
+            ) from None
+        if not isinstance(spec, Mapping):
+            raise SpecError(422, "invalid_spec", f"{path} does not hold a mapping (a job spec)")
+    try:
+        return JobSpec.model_validate(spec)
+    except ValidationError as exc:
+        details = [
+            ErrorDetail(".".join(str(p) for p in e["loc"]) or "spec", e["msg"], e["type"])
+            for e in exc.errors()
+        ]
+        summary = "; ".join(f"{d.field}: {d.message}" for d in details[:5])
+        raise SpecError(422, "validation_error", f"invalid job spec: {summary}", details) from None
+
+
+def _states(state: States) -> list[str]:
+    if state is None:
+        return []
+    if isinstance(state, str):  # JobState is a str too
+        return [JobState(state).value]
+    return [JobState(s).value for s in state]
+
+
+def _job(job_id: str, suffix: str = "") -> str:
+    return f"/v1/jobs/{quote(job_id, safe='')}{suffix}"
+
+
+class Operations:
+    def __init__(self, *, max_retries: int, max_retry_after: float, max_reconnects: int) -> None:
+        self.max_retries = max_retries
+        self.max_retry_after = max_retry_after
+        self.max_reconnects = max_reconnects
+
+    def send(self, request: Request) -> Flow[httpx.Response]:
+        """One request; 429 is retried `max_retries` times, after the Retry-After it names
+        (when that is at most `max_retry_after`); an error status raises its ApiError."""
+        retries = 0
+        while True:
+            response: httpx.Response = yield request
+            if response.is_success:
+                return response
+            error = error_from_response(response)
+            if not isinstance(error, RateLimited) or retries >= self.max_retries:
+                raise error
+            wait = 2.0**retries if error.retry_after is None else error.retry_after
+            if wait > self.max_retry_after:
+                raise error
+            retries += 1
+            yield Sleep(wait)
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def submit(self, spec: SpecInput, idempotency_key: str | None) -> Flow[Job]:
+        body = load_spec(spec).model_dump(mode="json", exclude_unset=True)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        response = yield from self.send(Request("POST", "/v1/jobs", json=body, headers=headers))
+        return Job.model_validate_json(response.content)
+
+    def get(self, job_id: str) -> Flow[Job]:
+        response = yield from self.send(Request("GET", _job(job_id)))
+        return Job.model_validate_json(response.content)
+
+    def jobs_page(
+        self, state: States, project: str | None, cursor: str | None, limit: int
+    ) -> Flow[JobPage]:
+        params = query(state=_states(state), project=project, cursor=cursor, limit=limit)
+        response = yield from self.send(Request("GET", "/v1/jobs", params))
+        return JobPage.model_validate_json(response.content)
+
+    def list_jobs(
+        self, state: States, project: str | None, limit: int | None, page_size: int
+    ) -> IterFlow[Job]:
+        states, cursor, left = _states(state), None, limit
+        while left is None or left > 0:
+            size = page_size if left is None else min(page_size, left)
+            page = yield from self.jobs_page(states, project, cursor, size)
+            for job in page.items:
+                yield Item(job)
+            left = None if left is None else left - len(page.items)
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def cancel(self, job_id: str) -> Flow[Job]:
+        response = yield from self.send(Request("POST", _job(job_id, "/cancel")))
+        return Job.model_validate_json(response.content)
+
+    def set_priority(self, job_id: str, priority: Priority | str) -> Flow[Job]:
+        body = {"priority": Priority(priority).value}
+        response = yield from self.send(Request("PATCH", _job(job_id), json=body))
+        return Job.model_validate_json(response.content)
+
+    def wait(self, job_id: str, timeout: float | None, poll: float, max_poll: float) -> Flow[Job]:
+        """Polls until the job is terminal, the pause growing 1.5x from `poll` to `max_poll`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = poll
+        while True:
+            job = yield from self.get(job_id)
+            if job.is_terminal:
+                return job
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise WaitTimeout(job, timeout or 0.0)
+            yield Sleep(pause if left is None else min(pause, left))
+            pause = min(pause * 1.5, max_poll)
+
+    # -- what a job reports -------------------------------------------------------------------
+
+    def events(self, job_id: str, after: int) -> Flow[list[Event]]:
+        events: list[Event] = []
+        while True:
+            params = query(after=after, limit=EVENTS_PAGE)
+            response = yield from self.send(Request("GET", _job(job_id, "/events"), params))
+            page = _events.validate_python(response.json()["items"])
+            events += page
+            if len(page) < EVENTS_PAGE:
+                return events
+            after = page[-1].id
+
+    def _opener(self, path: str, params: Query) -> Callable[[str | None], Flow[httpx.Response]]:
+        def open_stream(last_event_id: str | None) -> Flow[httpx.Response]:
+            headers = {"Accept": SSE_MEDIA_TYPE}
+            if last_event_id:
+                headers["Last-Event-ID"] = last_event_id
+            return self.send(Request("GET", path, params, headers=headers, stream=True))
+
+        return open_stream
+
+    def stream_events(self, job_id: str, last_event_id: str | None) -> IterFlow[JobFrame]:
+        opener = self._opener(_job(job_id, "/events"), ())
+        return resumable_stream(opener, JobFrames(), last_event_id, self.max_reconnects)
+
+    def metrics(
+        self, job_id: str, names: str | Iterable[str] | None, max_points: int | None
+    ) -> Flow[list[MetricSeries]]:
+        wanted = names if isinstance(names, str) or names is None else ",".join(names)
+        params = query(names=wanted, max_points=max_points)
+        response = yield from self.send(Request("GET", _job(job_id, "/metrics"), params))
+        return MetricsPage.model_validate_json(response.content).series
+
+    def logs(
+        self, job_id: str, rank: int | None, tail: int | None, follow: bool
+    ) -> IterFlow[LogLine]:
+        path = _job(job_id, "/logs")
+        if follow:
+            opener = self._opener(path, query(rank=rank, tail=tail))
+            yield from resumable_stream(opener, log_lines, None, self.max_reconnects)
+            return
+        after = None
+        while True:
+            # `tail` picks where the first page starts; later pages go on from `after`.
+            start = query(tail=tail) if after is None else query(after=after)
+            params = query(rank=rank, limit=LOGS_PAGE) + start
+            response = yield from self.send(Request("GET", path, params))
+            page = LogPage.model_validate_json(response.content)
+            for line in page.items:
+                yield Item(line)
+            if page.next_after is None:
+                return
+            after = page.next_after
+
+    # -- the fleet and its keys -----------------------------------------------------------------
+
+    def nodes(self) -> Flow[list[Node]]:
+        response = yield from self.send(Request("GET", "/v1/nodes"))
+        return _nodes.validate_python(response.json()["items"])
+
+    def create_key(self, role: Role, name: str, project: str | None) -> Flow[CreatedKey]:
+        body = {"role": role, "name": name, **({"project": project} if project else {})}
+        response = yield from self.send(Request("POST", "/v1/keys", json=body))
+        return CreatedKey.model_validate_json(response.content)
+
+    def list_keys(self, project: str | None) -> Flow[list[Key]]:
+        response = yield from self.send(Request("GET", "/v1/keys", query(project=project)))
+        return _keys.validate_python(response.json()["items"])
+
+    def revoke_key(self, key_id: str) -> Flow[None]:
+        yield from self.send(Request("DELETE", f"/v1/keys/{quote(key_id, safe='')}"))

@@ -1,0 +1,226 @@
+"""What the API returns, as typed, read-only objects.
+
+The models describe the wire format from the client's side: fields the server adds later are
+ignored, and optional fields have defaults, so an older SDK keeps working against a newer API.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from ampfleet.core.spec import Precision, Priority
+from ampfleet.core.states import JobState
+
+
+class ApiModel(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Progress(ApiModel):
+    step: int = 0
+    total_steps: int | None = None
+    fraction: float | None = None
+    eta_seconds: float | None = None
+
+
+class QueueInfo(ApiModel):
+    """Why a queued job waits, as the scheduler saw it on its last pass."""
+
+    position: int | None = None
+    pending_reason: str | None = None
+    estimated_start_at: datetime | None = None
+    not_before: datetime | None = None
+
+
+class PrecisionSetting(ApiModel):
+    requested: Precision
+    effective: str | None = None
+
+
+class Job(ApiModel):
+    id: str
+    project: str
+    recipe: str
+    state: JobState
+    priority: Priority
+    progress: Progress
+    precision: PrecisionSetting
+    allreduce_dtype: PrecisionSetting
+    created_at: datetime
+    updated_at: datetime
+    name: str | None = None
+    attempt: int = 0
+    queue: QueueInfo | None = None
+    latest_metrics: dict[str, float] = Field(default_factory=dict)
+    failure_reason: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    spec: dict[str, Any] = Field(default_factory=dict)
+    scheduled_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state.is_terminal()
+
+
+class JobPage(ApiModel):
+    items: list[Job]
+    next_cursor: str | None = None
+
+
+class Event(ApiModel):
+    """A state transition (`kind == "transition"`) or another notable event (`"info"`)."""
+
+    id: int
+    job_id: str
+    attempt: int
+    time: datetime
+    kind: str
+    reason: str = ""
+    message: str = ""
+    from_state: JobState | None = None
+    to_state: JobState | None = None
+
+
+class LogLine(ApiModel):
+    """A line a rank wrote; `id` orders the lines of a job (pass it on to go on after it)."""
+
+    id: int
+    attempt: int
+    rank: int
+    stream: Literal["stdout", "stderr"]
+    time: datetime
+    line: str
+
+
+class LogPage(ApiModel):
+    items: list[LogLine]
+    next_after: int | None = None
+    dropped_lines: int = 0
+
+
+class MetricPoint(ApiModel):
+    """One point; when the series is downsampled, the mean of a bucket with its min and max."""
+
+    step: int
+    value: float
+    min: float | None = None
+    max: float | None = None
+    count: int | None = None
+
+
+class SeriesSummary(ApiModel):
+    count: int
+    last_step: int
+    min: float
+    max: float
+    best: float
+    goal: Literal["min", "max"] = "min"
+    last: float | None = None
+    best_step: int | None = None
+
+
+class MetricSeries(ApiModel):
+    name: str
+    points: list[MetricPoint]
+    summary: SeriesSummary
+    downsampled: bool = False
+
+    @property
+    def steps(self) -> list[int]:
+        return [p.step for p in self.points]
+
+    @property
+    def values(self) -> list[float]:
+        return [p.value for p in self.points]
+
+
+class MetricsPage(ApiModel):
+    job_id: str
+    series: list[MetricSeries]
+
+
+class Node(ApiModel):
+    id: str
+    accelerator: str
+    slots: int
+    used_slots: int
+    free_slots: int
+    state: str
+    alive: bool
+    last_heartbeat_at: datetime
+    registered_at: datetime
+    gpu_model: str | None = None
+    gpu_memory_mb: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    heartbeat_age_seconds: float = 0.0
+
+
+class Key(ApiModel):
+    id: str
+    project: str
+    role: str = Field(description="`admin`, `write` or `read`.")
+    created_at: datetime
+    name: str = ""
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
+class CreatedKey(Key):
+    key: str = Field(description="The key itself; the API shows it this once.")
+
+
+# -- frames of a job's live stream (`Client.stream_events`) ----------------------------------
+
+
+class Frame(ApiModel):
+    """One frame of a live stream; pass `id` as `last_event_id` to resume after it."""
+
+    id: str | None = None
+
+
+class StateFrame(Frame):
+    kind: Literal["state"] = "state"
+    event: Event
+
+
+class EventFrame(Frame):
+    kind: Literal["event"] = "event"
+    event: Event
+
+
+class ProgressFrame(Frame):
+    kind: Literal["progress"] = "progress"
+    state: JobState
+    step: int
+    total_steps: int | None = None
+    latest_metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class MetricSample(ApiModel):
+    step: int
+    name: str
+    value: float
+
+
+class MetricsFrame(Frame):
+    kind: Literal["metrics"] = "metrics"
+    points: list[MetricSample]
+
+
+class EndFrame(Frame):
+    """The last frame: the job reached a terminal state and everything has been sent."""
+
+    kind: Literal["end"] = "end"
+    state: JobState
+
+
+JobFrame = Annotated[
+    StateFrame | EventFrame | ProgressFrame | MetricsFrame | EndFrame,
+    Field(discriminator="kind"),
+]
+job_frame_adapter: TypeAdapter[JobFrame] = TypeAdapter(JobFrame)

@@ -1,0 +1,124 @@
+"""The SDK's operations are written once, as generators that say which I/O they need.
+
+A flow yields a `Request` (and is sent the `httpx.Response` back), a `Sleep`, or `READ_LINE`
+(and is sent the next line of the stream it opened last, or None at its end); an iterating
+flow also yields `Item`s for its caller. `Client` runs flows with blocking I/O and
+`AsyncClient` with async I/O, so retries, paging, polling and stream resumption are written
+once, in the flows (the pattern of httpx's own auth flows). A connection failure is thrown
+into the flow as `ConnectionFailed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeAlias, TypeVar
+
+import httpx
+
+from ampfleet.sdk.errors import ConnectionFailed
+
+T = TypeVar("T")
+Query: TypeAlias = tuple[tuple[str, str], ...]
+# A live stream sends a keep-alive comment every 15 s at the least; silence past this is a
+# dead connection, which the stream flow resumes.
+STREAM_READ_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    params: Query = ()
+    json: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    stream: bool = False
+
+    def build(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        timeout = http.timeout
+        if self.stream and timeout.read is not None:
+            timeout = httpx.Timeout(
+                connect=timeout.connect,
+                read=max(timeout.read, STREAM_READ_TIMEOUT_S),
+                write=timeout.write,
+                pool=timeout.pool,
+            )
+        return http.build_request(
+            self.method,
+            self.path,
+            params=self.params or None,
+            json=self.json,
+            headers=self.headers or None,
+            timeout=timeout,
+        )
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ReadLine:
+    pass
+
+
+READ_LINE = ReadLine()
+
+
+@dataclass(frozen=True)
+class Item(Generic[T]):
+    value: T
+
+
+Step: TypeAlias = Request | Sleep | ReadLine
+Flow: TypeAlias = Generator[Step, Any, T]
+IterFlow: TypeAlias = Generator[Step | Item[T], Any, None]
+
+
+def query(**values: object) -> Query:
+    """Query parameters without the Nones; a list or tuple value repeats its name."""
+    return tuple(
+        (name, str(item))
+        for name, value in values.items()
+        for item in (value if isinstance(value, list | tuple) else [value])
+        if item is not None
+    )
+
+
+def connection_failed(exc: httpx.TransportError) -> ConnectionFailed:
+    try:
+        where = f"{exc.request.method} {exc.request.url}"
+    except RuntimeError:  # raised before a request was bound to it
+        where = "the API"
+    verb = "cannot reach" if isinstance(exc, httpx.ConnectError) else "connection failed:"
+    error = ConnectionFailed(f"{verb} {where}: {exc or type(exc).__name__}")
+    error.__cause__ = exc
+    return error
+
+
+class Stepper:
+    """Advances a flow: what it needs next, with the previous answer (or failure) sent in."""
+
+    def __init__(self, flow: Generator[Any, Any, Any]) -> None:
+        self.flow = flow
+        self.value: Any = None  # what the flow returned, once it is done
+        self._answer: Any = None
+        self._error: ConnectionFailed | None = None
+
+    def next(self) -> Step | Item[Any] | None:
+        """The flow's next step, or None when it has finished."""
+        answer, error = self._answer, self._error
+        self._answer = self._error = None
+        try:
+            step: Step | Item[Any] = self.flow.throw(error) if error else self.flow.send(answer)
+        except StopIteration as stop:
+            self.value = stop.value
+            return None
+        return step
+
+    def answer(self, value: Any) -> None:
+        self._answer = value
+
+    def fail(self, exc: httpx.TransportError) -> None:
+        self._error = connection_failed(exc)
