@@ -1,0 +1,147 @@
+"""API throughput under 32 concurrent clients: ours against a bare FastAPI echo endpoint.
+
+    python -m bench.api [--seconds 8] [--rounds 3] [--clients 32]
+
+Both run under uvicorn (one process, the same settings), ours on PostgreSQL + Redis with
+API-key auth; the same load generator drives both, interleaved, in one run. Figures are
+medians over rounds: requests/s and p99 latency of POST /v1/jobs and GET /v1/jobs/{id}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import httpx
+
+from tests.factories import job_spec
+from tests.support.env import fresh_postgres_database
+from tests.support.fleet import free_port
+
+
+@contextmanager
+def server(args: list[str], env: dict[str, str]) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", *args, "--port", str(port)],
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                httpx.get(url + "/openapi.json", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+async def load(
+    url: str,
+    clients: int,
+    seconds: float,
+    request: Callable[[httpx.AsyncClient, int], object],
+    headers: dict[str, str],
+) -> tuple[float, float]:
+    """(requests/s, p99 seconds) of `clients` loops sending `request` for `seconds`."""
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(
+        base_url=url, headers=headers, limits=limits, timeout=30
+    ) as client:
+
+        async def loop() -> None:
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                response = await request(client)  # type: ignore[misc]
+                assert response.status_code < 300, response.text
+                latencies.append(time.perf_counter() - started)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(loop() for _ in range(clients)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    return len(latencies) / elapsed, latencies[int(0.99 * (len(latencies) - 1))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=32)
+    args = parser.parse_args()
+    spec = job_spec(stop={"max_steps": 10})
+    results: dict[str, list[tuple[float, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp, fresh_postgres_database("ampfleet_bench") as db:
+        env = {
+            "AMPFLEET_DATABASE_URL": db,
+            "AMPFLEET_BROKER_URL": "redis://127.0.0.1:6379/13",
+            "AMPFLEET_DATA_DIR": tmp,
+            "AMPFLEET_RATE_LIMIT_PER_S": "1000000",
+            "AMPFLEET_RATE_LIMIT_BURST": "1000000",
+            "AMPFLEET_LOG_LEVEL": "WARNING",
+        }
+        subprocess.run(
+            [sys.executable, "-m", "ampfleet.cli", "migrate"],
+            env={**os.environ, **env},
+            check=True,
+            capture_output=True,
+        )
+        key = subprocess.run(
+            [sys.executable, "-m", "ampfleet.cli", "bootstrap-key"],
+            env={**os.environ, **env},
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        uvicorn = ["uvicorn", "--log-level", "warning", "--no-access-log"]
+        with (
+            server([*uvicorn, "--factory", "ampfleet.api.app:create_app"], env) as ours,
+            server([*uvicorn, "bench.echo_app:app"], {}) as echo,
+        ):
+            auth = {"Authorization": f"Bearer {key}"}
+            job_id = httpx.post(ours + "/v1/jobs", json=spec, headers=auth).json()["id"]
+            cases = {
+                "POST ours": (ours, lambda c: c.post("/v1/jobs", json=spec), auth),
+                "POST echo": (echo, lambda c: c.post("/echo", json=spec), {}),
+                "GET ours": (ours, lambda c: c.get(f"/v1/jobs/{job_id}"), auth),
+                "GET echo": (echo, lambda c: c.get(f"/echo/{job_id}"), {}),
+            }
+            for _ in range(args.rounds):
+                for name, (url, request, headers) in cases.items():
+                    results.setdefault(name, []).append(
+                        asyncio.run(load(url, args.clients, args.seconds, request, headers))
+                    )
+    print(
+        f"{args.clients} concurrent clients, {args.seconds:g} s per case, "
+        f"median of {args.rounds} rounds"
+    )
+    print(f"{'':10} {'req/s':>8} {'p99 ms':>8}")
+    median = {
+        n: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v))
+        for n, v in results.items()
+    }
+    for name, (rate, p99) in median.items():
+        print(f"{name:10} {rate:>8.0f} {p99 * 1000:>8.1f}")
+    for verb in ("POST", "GET"):
+        ratio = median[f"{verb} ours"][0] / median[f"{verb} echo"][0]
+        print(f"{verb}: ours / bare echo = {ratio:.2f}x requests/s")
+
+
+if __name__ == "__main__":
+    main()
