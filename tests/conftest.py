@@ -95,6 +95,7 @@ def backend(
             "AMPFLEET_DATA_DIR": str(tmp_path / "var"),
         }
     values["AMPFLEET_ENVIRONMENT"] = "test"
+    values["AMPFLEET_SECRET_KEY"] = "test-secret-not-for-production"
     values["AMPFLEET_NODE_NAME"] = f"test-{uuid.uuid4().hex[:6]}"
     with environment(values):
         if request.param == "sqlite":

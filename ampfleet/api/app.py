@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from ampfleet import __version__
 from ampfleet.api.errors import install_error_handlers
@@ -32,6 +33,13 @@ def create_app() -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    if settings.cors_origins:  # off unless configured: the console is same-origin
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "PATCH", "PUT", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
+        )
     app.add_middleware(RequestContextMiddleware)  # outermost: ids every request
     app.include_router(health_router)
     app.include_router(jobs_router)

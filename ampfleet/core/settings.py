@@ -66,10 +66,19 @@ class Settings(BaseSettings):
     max_log_line_bytes: int = Field(8192, ge=80, description="Longer lines are cut.")
     metrics_flush_s: float = Field(0.5, gt=0, description="How often ranks' metrics reach the DB.")
 
+    cors_origins: list[str] = Field(
+        default_factory=list,
+        description="Browser origins allowed to call the API; none by default.",
+    )
+
     @model_validator(mode="after")
     def _refuse_default_secret_outside_development(self) -> Settings:
-        if self.environment == "production" and self.secret_key == DEFAULT_SECRET:
-            raise ValueError("AMPFLEET_SECRET_KEY must be set in production")
+        if self.environment != "development" and self.secret_key == DEFAULT_SECRET:
+            raise ValueError(
+                f"AMPFLEET_SECRET_KEY must be set when AMPFLEET_ENVIRONMENT={self.environment}"
+            )
+        if self.environment != "development" and len(self.secret_key) < 16:
+            raise ValueError("AMPFLEET_SECRET_KEY must be at least 16 characters")
         return self
 
     @property

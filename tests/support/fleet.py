@@ -50,6 +50,7 @@ class Fleet:
         self.env = {
             **os.environ,
             "AMPFLEET_ENVIRONMENT": "test",
+            "AMPFLEET_SECRET_KEY": "test-secret-not-for-production",
             "AMPFLEET_DATABASE_URL": database_url,
             "AMPFLEET_BROKER_URL": broker_url,
             "AMPFLEET_DATA_DIR": str(root / "var"),
