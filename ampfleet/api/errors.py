@@ -128,6 +128,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and "parsing the body" in str(exc.detail):
+            # The JSON could not be decoded at all (for instance nested too deeply).
+            message = "the body could not be parsed as JSON"
+            detail = ErrorDetail(field="body", message=message, type="json_invalid")
+            return error_response(422, "validation_error", message, [detail])
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
 

@@ -51,7 +51,7 @@ class Resources(_Strict):
         "any", description="'cuda' needs GPU nodes, 'cpu' CPU nodes, 'any' takes either."
     )
     gpu_type: str | None = Field(None, max_length=128, description="Required GPU model substring.")
-    min_gpu_memory_mb: int | None = Field(None, ge=1, description="Per GPU.")
+    min_gpu_memory_mb: int | None = Field(None, ge=1, le=10**8, description="Per GPU.")
     selector: dict[SafeName, LabelValue] = Field(
         default_factory=dict, max_length=16, description="Node labels to match, e.g. pool."
     )
@@ -77,7 +77,9 @@ class Resources(_Strict):
 class Stop(_Strict):
     max_steps: int | None = Field(None, ge=1, le=10_000_000, description="Optimizer steps.")
     epochs: int | None = Field(None, ge=1, le=100_000, description="Passes over the train set.")
-    max_runtime_s: int | None = Field(None, ge=1, description="Wall-clock limit -> TIMED_OUT.")
+    max_runtime_s: int | None = Field(
+        None, ge=1, le=10**8, description="Wall-clock limit -> TIMED_OUT."
+    )
 
     @model_validator(mode="after")
     def _needs_an_end(self) -> Stop:
@@ -87,7 +89,7 @@ class Stop(_Strict):
 
 
 class CheckpointPolicy(_Strict):
-    every_steps: int = Field(0, ge=0, description="0 checkpoints only at the end.")
+    every_steps: int = Field(0, ge=0, le=10**9, description="0 checkpoints only at the end.")
     keep_last: int = Field(2, ge=1, le=100)
 
 
@@ -101,7 +103,7 @@ class JobSpec(_Strict):
     name: SafeName | None = None
     project: SafeName = "default"
     recipe: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    hyperparameters: dict[str, Any] = Field(default_factory=dict, max_length=MAX_HYPERPARAMETERS)
     resources: Resources = Field(default_factory=Resources)
     precision: Precision = Precision.AUTO
     allreduce_dtype: Precision = Precision.AUTO
@@ -111,11 +113,5 @@ class JobSpec(_Strict):
     priority: Priority = Priority.NORMAL
     labels: dict[SafeName, LabelValue] = Field(default_factory=dict, max_length=64)
     seed: int = Field(0, ge=0, le=2**31 - 1)
-    eval_every_steps: int = Field(0, ge=0, description="0 evaluates only at the end.")
-    log_every_steps: int = Field(10, ge=1, description="Metrics every N steps.")
-
-    @model_validator(mode="after")
-    def _bounded_hyperparameters(self) -> JobSpec:
-        if len(self.hyperparameters) > MAX_HYPERPARAMETERS:
-            raise ValueError(f"at most {MAX_HYPERPARAMETERS} hyperparameters")
-        return self
+    eval_every_steps: int = Field(0, ge=0, le=10**9, description="0 evaluates only at the end.")
+    log_every_steps: int = Field(10, ge=1, le=10**9, description="Metrics every N steps.")

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Header, Query, Response, status
 from fastapi.responses import StreamingResponse
 
 from ampfleet.api.auth import CurrentPrincipal
+from ampfleet.api.bounds import MAX_ID
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import UnprocessableError, responses
 from ampfleet.api.jobs import repository, service
@@ -142,7 +143,7 @@ def job_events(
     job_id: str,
     session: SessionDep,
     principal: CurrentPrincipal,
-    after: Annotated[int, Query(ge=0, description="Only events with a larger id.")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_ID, description="Only events with a larger id.")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
     accept: Annotated[str | None, Header()] = None,
     last_event_id: Annotated[str | None, Header(max_length=64)] = None,

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from ampfleet.api.auth import CurrentPrincipal
+from ampfleet.api.bounds import MAX_ID, MAX_INT
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import UnprocessableError, responses
 from ampfleet.api.jobs import service as jobs
@@ -75,10 +76,10 @@ def job_logs(
     job_id: str,
     session: SessionDep,
     principal: CurrentPrincipal,
-    rank: Annotated[int | None, Query(ge=0)] = None,
+    rank: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
     stream: Annotated[Literal["stdout", "stderr"] | None, Query()] = None,
     tail: Annotated[int | None, Query(ge=1, le=100_000, description="Last N lines.")] = None,
-    after: Annotated[int, Query(ge=0, description="Lines with a larger id.")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_ID, description="Lines with a larger id.")] = 0,
     limit: Annotated[int, Query(ge=1, le=BATCH)] = BATCH,
     accept: Annotated[str | None, Header()] = None,
     last_event_id: Annotated[str | None, Header(max_length=32)] = None,

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query
 from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import CurrentPrincipal
+from ampfleet.api.bounds import MAX_INT
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import UnprocessableError, responses
 from ampfleet.api.jobs import service as jobs
@@ -33,8 +34,8 @@ def job_metrics(
     session: SessionDep,
     principal: CurrentPrincipal,
     names: Annotated[str | None, Query(max_length=2000, description="Comma-separated.")] = None,
-    from_step: Annotated[int | None, Query(ge=0)] = None,
-    to_step: Annotated[int | None, Query(ge=0)] = None,
+    from_step: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
+    to_step: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
     max_points: Annotated[int, Query(ge=2, le=100_000)] = 1000,
 ) -> MetricsOut:
     jobs.get(session, job_id, principal)

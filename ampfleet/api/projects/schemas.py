@@ -2,14 +2,18 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ampfleet.api.bounds import MAX_INT
+
 
 class ProjectPolicyIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     weight: float = Field(1.0, gt=0, le=1000, description="Fair-share weight.")
-    max_slots: int | None = Field(None, ge=0, description="Concurrent GPUs/slots; null: no cap.")
+    max_slots: int | None = Field(
+        None, ge=0, le=MAX_INT, description="Concurrent GPUs/slots; null: no cap."
+    )
     max_queued_jobs: int | None = Field(
-        None, ge=0, description="Queued jobs; beyond it submit gets 429."
+        None, ge=0, le=MAX_INT, description="Queued jobs; beyond it submit gets 429."
     )
 
 

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import CurrentPrincipal, Principal
+from ampfleet.api.bounds import MAX_ID
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import NotFoundError, UnprocessableError, responses
 from ampfleet.core.ids import new_id
@@ -170,7 +171,7 @@ def deliveries(
         Literal["pending", "delivered", "failed"] | None, Query(alias="status")
     ] = None,
     job_id: Annotated[str | None, Query(max_length=40)] = None,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> DeliveryPage:
     _get(session, webhook_id, principal)
