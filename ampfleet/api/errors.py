@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,8 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(OperationalError)
-    async def _database_down(_: Request, exc: OperationalError) -> JSONResponse:
+    @app.exception_handler(InterfaceError)
+    async def _database_down(_: Request, exc: OperationalError | InterfaceError) -> JSONResponse:
         log.warning("database unavailable: %s", exc.orig)
         return error_response(
             503,

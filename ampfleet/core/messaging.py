@@ -8,6 +8,7 @@ and sent after commit, so a crash between the two delays a message but never los
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
 
@@ -41,7 +42,7 @@ def make_celery(settings: Settings) -> Celery:
     elif settings.effective_broker_url.startswith(("redis", "rediss")):
         # Start messages are acknowledged within seconds (training is supervised outside
         # the task), so the visibility timeout only bounds redelivery after a crash.
-        options = {"visibility_timeout": 300}
+        options = {"visibility_timeout": settings.broker_visibility_timeout_s}
         if settings.broker_key_prefix:
             options["global_keyprefix"] = settings.broker_key_prefix
     app.conf.update(
@@ -112,8 +113,16 @@ def broker_reachable(timeout_s: float = 2.0) -> str | None:
     return None
 
 
+_waker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wake-scheduler")
+
+
 def wake_scheduler() -> None:
-    """Best effort: the scheduler also polls, so a lost wake-up costs one poll interval."""
+    """Best effort and off the caller's thread: the scheduler also polls the database, so a
+    lost wake-up costs one poll interval, and a broker that is down must not slow a request."""
+    _waker.submit(_send_wake)
+
+
+def _send_wake() -> None:
     try:
         get_celery().send_task(WAKE_SCHEDULER, queue=SCHEDULER_QUEUE, retry=False)
     except Exception:

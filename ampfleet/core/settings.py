@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     broker_key_prefix: str = Field(
         "", max_length=64, description="Redis broker: prefix of every key (shared servers)."
     )
+    broker_visibility_timeout_s: int = Field(
+        300, ge=1, description="Redis: an unacknowledged message is delivered again after this."
+    )
     secret_key: str = DEFAULT_SECRET
 
     api_host: str = "127.0.0.1"
@@ -58,6 +61,9 @@ class Settings(BaseSettings):
         120.0, gt=0, description="SCHEDULED/STARTING longer is requeued."
     )
     cancel_grace_s: float = Field(5.0, ge=0, description="SIGTERM to SIGKILL delay on cancel.")
+    stall_timeout_s: float = Field(
+        600.0, gt=0, description="A running job that reports nothing this long is restarted."
+    )
     preempt_grace_s: float = Field(
         120.0, ge=0, description="How long preempted ranks get to checkpoint before SIGKILL."
     )

@@ -55,7 +55,9 @@ class RunningAttempt:
     launcher_log: IO[bytes]
     reader: RecordReader
     started: float = field(default_factory=time.monotonic)
-    stop_reason: str | None = None  # cancel | timeout | superseded | preempt
+    last_news: float = field(default_factory=time.monotonic)
+    """When rank 0 last reported anything: a hung rank stalls every rank's collectives."""
+    stop_reason: str | None = None  # cancel | timeout | superseded | preempt | stalled
     kill_at: float | None = None
     feed: AttemptFeed = field(init=False)
 
@@ -209,6 +211,8 @@ class Supervisor:
             self._stop_attempt(attempt, "preempt")
         elif request.max_runtime_s and time.monotonic() - attempt.started > request.max_runtime_s:
             self._stop_attempt(attempt, "timeout")
+        elif time.monotonic() - attempt.last_news > self.settings.stall_timeout_s:
+            self._stop_attempt(attempt, "stalled")
 
     def _stop_attempt(self, attempt: RunningAttempt, reason: str) -> None:
         if attempt.stop_reason:
@@ -235,6 +239,8 @@ class Supervisor:
     def _forward(self, session: Session, attempt: RunningAttempt) -> None:
         """Rank 0's new records and every rank's new log lines, into this transaction."""
         records = attempt.reader.read_new()
+        if records:
+            attempt.last_news = time.monotonic()
         request = attempt.request
         job = session.get(Job, request.job_id)
         if job is None or job.attempt != request.attempt:
@@ -268,6 +274,15 @@ class Supervisor:
                 reason="max_runtime",
                 message=f"ran longer than stop.max_runtime_s={request.max_runtime_s}",
                 failure_reason=f"exceeded max_runtime_s={request.max_runtime_s}",
+            )
+        elif attempt.stop_reason == "stalled":
+            requeue_or_fail(
+                session,
+                job_id,
+                number,
+                reason="stalled",
+                message=f"no progress reported for {self.settings.stall_timeout_s:.0f}s: a rank "
+                "hung, or every rank waits for one in a collective",
             )
         elif attempt.stop_reason == "preempt":
             where = (

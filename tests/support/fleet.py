@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -75,6 +76,9 @@ class Fleet:
             stderr=subprocess.STDOUT,
             cwd=self.root,
         )
+
+    def start_scheduler(self, name: str) -> None:
+        self._spawn(name, ["scheduler"])
 
     def start_worker(self, node: str) -> None:
         self._spawn(f"worker-{node}", ["worker"], {**self.env, "AMPFLEET_NODE_NAME": node})
@@ -194,20 +198,48 @@ REDIS_URL = "redis://127.0.0.1:6379/14"
 
 
 @contextmanager
-def running_fleet(root: Path, backend: str = "postgres+redis", **kwargs: Any) -> Iterator[Fleet]:
+def running_fleet(
+    root: Path,
+    backend: str = "postgres+redis",
+    *,
+    database_url: str | None = None,
+    broker_url: str | None = None,
+    **kwargs: Any,
+) -> Iterator[Fleet]:
     """A started fleet on "postgres+redis" (a fresh database, its own Redis key prefix, so
-    fleets may run side by side) or "embedded" (SQLite and broker files under `root`)."""
+    fleets may run side by side) or "embedded" (SQLite and broker files under `root`);
+    `database_url` and `broker_url` put it on servers of the caller's instead."""
     with ExitStack() as stack:
-        if backend == "embedded":
+        if backend == "embedded" and not (database_url or broker_url):
             fleet = Fleet(root, database_url="", broker_url="", **kwargs)
         else:
-            prefix = f"ampfleet-test-{uuid.uuid4().hex[:8]}:"
-            client = redis.Redis.from_url(REDIS_URL)
-            stack.callback(lambda: [client.delete(k) for k in client.scan_iter(f"{prefix}*")])
-            database_url = stack.enter_context(fresh_postgres_database())
-            extra = {**kwargs.pop("extra_env", {}), "AMPFLEET_BROKER_KEY_PREFIX": prefix}
+            extra = dict(kwargs.pop("extra_env", {}))
+            if broker_url is None:  # the shared Redis: keys of this fleet's own
+                prefix = f"ampfleet-test-{uuid.uuid4().hex[:8]}:"
+                client = redis.Redis.from_url(REDIS_URL)
+                stack.callback(lambda: [client.delete(k) for k in client.scan_iter(f"{prefix}*")])
+                extra["AMPFLEET_BROKER_KEY_PREFIX"] = prefix
             fleet = Fleet(
-                root, database_url=database_url, broker_url=REDIS_URL, extra_env=extra, **kwargs
+                root,
+                database_url=database_url or stack.enter_context(fresh_postgres_database()),
+                broker_url=broker_url or REDIS_URL,
+                extra_env=extra,
+                **kwargs,
             )
         stack.callback(fleet.stop)
         yield fleet.start()
+
+
+def placed_on(fleet: Fleet, job_id: str, attempt: int) -> list[str]:
+    for event in fleet.events(job_id):
+        if event["to_state"] == "SCHEDULED" and event["attempt"] == attempt:
+            return re.findall(r"(node-\w+) x\d+", event["message"])
+    raise AssertionError(f"attempt {attempt} of {job_id} was never placed")
+
+
+def transitions(fleet: Fleet, job_id: str) -> list[tuple[str | None, str, str]]:
+    return [
+        (e["from_state"], e["to_state"], e["reason"])
+        for e in fleet.events(job_id)
+        if e["kind"] == "transition"
+    ]

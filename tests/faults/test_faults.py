@@ -1,0 +1,242 @@
+"""Faults with real processes, PostgreSQL and Redis: parts die, and still nothing accepted
+is lost, nothing runs twice, and every job ends in the right state. (Long tier.)"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, func, select
+
+from ampfleet.core.models import Allocation, JobEvent, OutboxMessage
+from tests.factories import job_spec
+from tests.support.env import environment
+from tests.support.fleet import Fleet, placed_on, rank_processes, transitions
+from tests.support.private_services import private_postgres, private_redis
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+
+def count(fleet: Fleet, query) -> int:
+    engine = create_engine(fleet.env["AMPFLEET_DATABASE_URL"])
+    try:
+        with engine.connect() as conn:
+            return int(conn.scalar(query) or 0)
+    finally:
+        engine.dispose()
+
+
+def test_worker_killed_mid_training_requeues_and_finishes_from_checkpoint(make_fleet) -> None:
+    fleet = make_fleet(nodes=("node-a", "node-b"), extra_env={"AMPFLEET_NODE_TIMEOUT_S": "4"})
+    job = fleet.submit(
+        job_spec(stop={"max_steps": 3000}, checkpoint={"every_steps": 100}, log_every_steps=50)
+    )
+    fleet.wait_until(
+        lambda: fleet.job(job["id"])["progress"]["step"] >= 300,
+        timeout=120,
+        what="training past a checkpoint",
+    )
+    [victim] = placed_on(fleet, job["id"], 1)
+    fleet.kill(f"worker-{victim}", signal.SIGKILL)
+    # Its ranks die with it (parent-death signal): never two attempts at once.
+    fleet.wait_until(lambda: rank_processes(job["id"]) == [], timeout=30, what="ranks gone")
+    done = fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=240)
+    assert done["attempt"] == 2
+    assert placed_on(fleet, job["id"], 2) != [victim]
+    history = transitions(fleet, job["id"])
+    assert ("RUNNING", "RESTARTING", "node_lost") in history
+    resumed = [e for e in fleet.events(job["id"]) if e["to_state"] == "RUNNING"][-1]
+    assert int(re.search(r"resumed at step (\d+)", resumed["message"]).group(1)) >= 300
+
+
+def test_redis_down_for_30s_loses_nothing(make_fleet, tmp_path: Path) -> None:
+    with private_redis(tmp_path) as redis:
+        fleet = make_fleet(broker_url=redis.url)
+        first = fleet.submit(job_spec(stop={"max_steps": 100}))
+        redis.stop()
+        outage_started = time.monotonic()
+        during = []
+        for _ in range(3):
+            started = time.monotonic()
+            during.append(fleet.submit(job_spec(stop={"max_steps": 50})))
+            assert time.monotonic() - started < 5  # submitting does not wait on the broker
+        ready = fleet.http.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["error"]["details"][0]["field"] == "broker"
+        time.sleep(max(0.0, 30 - (time.monotonic() - outage_started)))
+        redis.start()
+        for job in [first, *during]:
+            fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=240)
+        assert fleet.http.get("/readyz").status_code == 200
+        assert len(fleet.http.get("/v1/jobs").json()["items"]) == 4
+
+
+def test_postgres_restart_answers_503_then_recovers(make_fleet) -> None:
+    with private_postgres() as postgres:
+        fleet = make_fleet(database_url=postgres.url)
+        job = fleet.submit(
+            job_spec(stop={"max_steps": 3000}, checkpoint={"every_steps": 200}, log_every_steps=50)
+        )
+        fleet.wait_for_state(job["id"], {"RUNNING"})
+        postgres.stop()
+        codes = set()
+        for path in (f"/v1/jobs/{job['id']}", "/v1/jobs", "/healthz", "/readyz"):
+            response = fleet.http.get(path)
+            codes.add(response.status_code)
+            assert response.json()["error"]["code"] == "service_unavailable", response.text
+            assert response.headers["Retry-After"]
+        posted = fleet.http.post("/v1/jobs", json=job_spec())
+        assert posted.status_code == 503
+        assert codes == {503}
+        time.sleep(5)
+        postgres.start()
+        fleet.wait_until(
+            lambda: fleet.http.get("/healthz").status_code == 200, timeout=60, what="the API back"
+        )
+        fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=300)
+
+
+def test_committed_messages_go_out_after_a_crash_before_sending(make_fleet) -> None:
+    fleet = make_fleet()
+    fleet.kill("scheduler", signal.SIGKILL)
+    job = fleet.submit(job_spec(stop={"max_steps": 30}))  # its wake-up reaches nobody
+    # A scheduler that dies right after committing its placement, before relaying it:
+    with environment({k: v for k, v in fleet.env.items() if k.startswith("AMPFLEET_")}):
+        from ampfleet.core.db import session_scope
+        from ampfleet.core.models import utcnow
+        from ampfleet.core.settings import get_settings
+        from ampfleet.scheduler import snapshot
+        from ampfleet.scheduler.apply import apply
+        from ampfleet.scheduler.placement import schedule
+
+        with session_scope() as session:
+            now = utcnow()
+            world = snapshot.load(session, get_settings(), now)
+            decision = schedule(
+                world.requests,
+                world.nodes,
+                world.running,
+                world.usage,
+                world.policies,
+                now.timestamp(),
+            )
+            assert apply(session, world, decision) == 1
+    assert fleet.job(job["id"])["state"] == "SCHEDULED"
+    unsent = select(func.count()).select_from(OutboxMessage).where(OutboxMessage.sent_at.is_(None))
+    assert count(fleet, unsent) == 1
+    fleet.start_scheduler("scheduler-restarted")
+    fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=120)
+    assert count(fleet, unsent) == 0
+
+
+def test_a_redelivered_start_message_runs_once(make_fleet) -> None:
+    fleet = make_fleet(extra_env={"AMPFLEET_BROKER_VISIBILITY_TIMEOUT_S": "2"})
+    job = fleet.submit(job_spec(stop={"max_steps": 1500}, log_every_steps=100))
+    fleet.wait_for_state(job["id"], {"STARTING", "RUNNING"})
+    with environment({k: v for k, v in fleet.env.items() if k.startswith("AMPFLEET_")}):
+        from ampfleet.core.messaging import START_ATTEMPT, get_celery
+
+        for _ in range(3):  # as a broker would after a visibility timeout
+            get_celery().send_task(
+                START_ATTEMPT,
+                queue="node.node-a",
+                kwargs={"job_id": job["id"], "attempt": 1, "node_rank": 0},
+            )
+    done = fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=180)
+    assert done["attempt"] == 1
+    launches = [e for e in fleet.events(job["id"]) if e["to_state"] == "STARTING"]
+    assert len(launches) == 1
+    logs = fleet.http.get(f"/v1/jobs/{job['id']}/logs", params={"rank": 0}).json()["items"]
+    assert sum("rank 0/2 on" in line["line"] for line in logs) == 1  # one launch, one run
+
+
+def _rank_pid(job_id: str, rank: int) -> int:
+    for pid in rank_processes(job_id):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ and b"LOCAL_WORLD_SIZE=2" in environ:
+            return pid
+    raise AssertionError(f"rank {rank} of {job_id} not found")
+
+
+def test_a_hung_rank_is_detected_and_the_job_restarted(make_fleet) -> None:
+    fleet = make_fleet(extra_env={"AMPFLEET_STALL_TIMEOUT_S": "8"})
+    job = fleet.submit(
+        job_spec(
+            stop={"max_steps": 2000},
+            checkpoint={"every_steps": 200},
+            log_every_steps=20,
+            retry={"max_restarts": 1},
+        )
+    )
+    fleet.wait_until(
+        lambda: fleet.job(job["id"])["progress"]["step"] >= 100, timeout=120, what="training"
+    )
+    stopped = _rank_pid(job["id"], 1)
+    stopped_at = time.monotonic()
+    subprocess.run(["kill", "-STOP", str(stopped)], check=True)
+    fleet.wait_until(
+        lambda: any(e["reason"] == "stalled" for e in fleet.events(job["id"])),
+        timeout=60,
+        what="the stall to be detected",
+    )
+    assert time.monotonic() - stopped_at < 8 + 20  # the timeout, plus a few sync periods
+    done = fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=240)
+    assert done["attempt"] == 2
+    stalled = next(e for e in fleet.events(job["id"]) if e["reason"] == "stalled")
+    assert "no progress reported for 8s" in stalled["message"]
+
+
+def test_a_killed_scheduler_is_replaced_without_double_placement(make_fleet) -> None:
+    fleet = make_fleet(start_schedulers=2)
+    fleet.kill("scheduler", signal.SIGKILL)
+    jobs = [fleet.submit(job_spec(stop={"max_steps": 30})) for _ in range(3)]
+    for job in jobs:
+        fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=180)
+    per_attempt = select(func.count()).select_from(
+        select(Allocation.job_id, Allocation.attempt)
+        .group_by(Allocation.job_id, Allocation.attempt)
+        .having(func.count() > 1)
+        .subquery()
+    )
+    assert count(fleet, per_attempt) == 0
+    placements = select(func.count()).where(JobEvent.to_state == "SCHEDULED")
+    assert count(fleet, placements) == 3
+
+
+CHECKPOINT_WRITER = """
+import sys, time, torch
+from pathlib import Path
+from ampfleet.workers.training import checkpoint
+directory = Path(sys.argv[1])
+checkpoint.save(directory, 1, {"weights": torch.ones(4)}, rank=0, keep_last=5)
+print("first", flush=True)
+checkpoint.save(directory, 2, {"weights": torch.zeros(150_000_000)}, rank=0, keep_last=5)
+print("second", flush=True)
+"""
+
+
+def test_a_crash_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path: Path) -> None:
+    from ampfleet.workers.training import checkpoint
+
+    writer = subprocess.Popen(
+        [sys.executable, "-c", CHECKPOINT_WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    assert writer.stdout is not None
+    assert writer.stdout.readline().strip() == "first"
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".ckpt-000000002.pt.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    writer.kill()  # mid-write of the second checkpoint
+    writer.wait()
+    assert checkpoint.steps_available(tmp_path) == [1]
+    state = checkpoint.load(checkpoint.latest(tmp_path))  # type: ignore[arg-type]
+    assert state["step"] == 1
+    assert state["weights"].tolist() == [1.0] * 4

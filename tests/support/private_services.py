@@ -1,0 +1,141 @@
+"""PostgreSQL and Redis servers of a test's own, on free ports, that it may stop and start
+at will without disturbing the shared ones other tests use."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.support.fleet import free_port
+from tests.support.services import reachable
+
+
+def _wait(port: int, up: bool, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if reachable(("127.0.0.1", port), timeout=0.5) == up:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"port {port} did not go {'up' if up else 'down'}")
+
+
+class PrivateRedis:
+    def __init__(self, root: Path) -> None:
+        self.port = free_port()
+        self.root = root
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.root),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait(self.port, up=True)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+        _wait(self.port, up=False)
+
+
+@contextmanager
+def private_redis(root: Path) -> Iterator[PrivateRedis]:
+    if shutil.which("redis-server") is None:
+        raise AssertionError("redis-server is not installed")
+    server = PrivateRedis(root)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class PrivatePostgres:
+    """A throwaway cluster (initdb) run by the `postgres` system user."""
+
+    def __init__(self) -> None:
+        versions = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+        if not versions:
+            raise AssertionError("PostgreSQL server binaries are not installed")
+        self.bin = Path(versions[-1])
+        # Not under pytest's tmp_path: the postgres user must be able to reach the folder.
+        self.root = Path(tempfile.mkdtemp(prefix="ampfleet-pg-"))
+        self.root.chmod(0o755)
+        self.data = self.root / "pgdata"
+        self.port = free_port()
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _as_postgres(self, *args: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*prefix, *args], check=True, capture_output=True)
+
+    def init(self) -> None:
+        self.data.mkdir(parents=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.data, "postgres", "postgres")
+        self._as_postgres(
+            str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust"
+        )
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1"
+        self._as_postgres(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-w",
+            "-l",
+            str(self.data / "server.log"),
+            "start",
+        )
+        _wait(self.port, up=True)
+
+    def stop(self) -> None:
+        self._as_postgres(
+            str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"
+        )
+        _wait(self.port, up=False)
+
+
+@contextmanager
+def private_postgres() -> Iterator[PrivatePostgres]:
+    server = PrivatePostgres()
+    try:
+        server.init()
+        server.start()
+        yield server
+    finally:
+        if reachable(("127.0.0.1", server.port)):
+            server.stop()
+        shutil.rmtree(server.root, ignore_errors=True)
