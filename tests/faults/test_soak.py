@@ -1,0 +1,95 @@
+"""Soak: hundreds of jobs while a worker is killed every 10 seconds (and comes back).
+Counted: lost jobs, duplicate completions, concurrent attempts; all must be zero, and every
+job must end SUCCEEDED. (Long tier; AMPFLEET_SOAK_JOBS sets the count, 300 by default.)"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+from collections import defaultdict
+
+import pytest
+from sqlalchemy import create_engine, select
+
+from ampfleet.core.models import Allocation, Job, JobEvent
+from tests.factories import job_spec
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+NODES = ("node-a", "node-b", "node-c")
+
+
+def test_soak_with_a_worker_killed_every_10s(make_fleet) -> None:
+    total = int(os.environ.get("AMPFLEET_SOAK_JOBS", "300"))
+    fleet = make_fleet(
+        nodes=NODES,
+        cpu_slots=1,
+        extra_env={"AMPFLEET_NODE_TIMEOUT_S": "4", "AMPFLEET_START_TIMEOUT_S": "30"},
+    )
+    spec = job_spec(
+        resources={"procs": 1},
+        stop={"max_steps": 10},
+        checkpoint={"every_steps": 5},
+        retry={"max_restarts": 20},
+    )
+    submitted = [fleet.submit(spec)["id"] for _ in range(total)]
+    victims = itertools.cycle(NODES)
+    kills = 0
+    deadline = time.monotonic() + 60 * 45
+    while time.monotonic() < deadline:
+        states = [j["state"] for j in _all_jobs(fleet)]
+        if all(s in ("SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT") for s in states):
+            break
+        victim = next(victims)
+        fleet.kill(f"worker-{victim}", signal.SIGKILL)
+        kills += 1
+        time.sleep(2)
+        fleet.start_worker(victim)
+        time.sleep(8)
+
+    engine = create_engine(fleet.env["AMPFLEET_DATABASE_URL"])
+    with engine.connect() as conn:
+        jobs = dict(conn.execute(select(Job.id, Job.state)).tuples().all())
+        successes: dict[str, int] = defaultdict(int)
+        for (job_id,) in conn.execute(
+            select(JobEvent.job_id).where(JobEvent.to_state == "SUCCEEDED")
+        ):
+            successes[job_id] += 1
+        spans: dict[str, list[tuple]] = defaultdict(list)
+        for job_id, attempt, created, released in conn.execute(
+            select(
+                Allocation.job_id, Allocation.attempt, Allocation.created_at, Allocation.released_at
+            )
+        ):
+            spans[job_id].append((created, released, attempt))
+    engine.dispose()
+
+    lost = [j for j in submitted if j not in jobs]
+    not_finished = [j for j in submitted if jobs.get(j) != "SUCCEEDED"]
+    duplicates = [j for j, n in successes.items() if n > 1]
+    concurrent = []
+    for job_id, attempts in spans.items():
+        attempts.sort(key=lambda span: span[0])
+        for (_, released, a), (created, _, b) in itertools.pairwise(attempts):
+            if a != b and (released is None or released > created):
+                concurrent.append(job_id)
+    restarted = sum(1 for attempts in spans.values() if len({a for *_, a in attempts}) > 1)
+    print(
+        f"\nsoak: {total} jobs, {kills} worker kills, {restarted} jobs restarted; "
+        f"lost {len(lost)}, duplicate completions {len(duplicates)}, concurrent attempts "
+        f"{len(concurrent)}, not SUCCEEDED {len(not_finished)}"
+    )
+    assert (lost, duplicates, concurrent, not_finished) == ([], [], [], [])
+
+
+def _all_jobs(fleet) -> list[dict]:
+    jobs, cursor = [], None
+    while True:
+        page = fleet.http.get(
+            "/v1/jobs", params={"limit": 200, **({"cursor": cursor} if cursor else {})}
+        ).json()
+        jobs += page["items"]
+        cursor = page["next_cursor"]
+        if not cursor:
+            return jobs
