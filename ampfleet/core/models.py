@@ -119,6 +119,7 @@ class Project(Base):
     weight: Mapped[float] = mapped_column(Float, default=1.0, comment="fair-share weight")
     max_slots: Mapped[int | None] = mapped_column(Integer, comment="concurrent GPUs/slots")
     max_queued_jobs: Mapped[int | None] = mapped_column(Integer)
+    max_running_jobs: Mapped[int | None] = mapped_column(Integer, comment="placed at once")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

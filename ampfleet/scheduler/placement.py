@@ -76,6 +76,8 @@ class ProjectPolicy:
     """Fair-share weight: a project with weight 3 is due three times the usage of weight 1."""
     max_slots: int | None = None
     """Slots the project may hold at once (queued-job limits are checked at submit time)."""
+    max_jobs: int | None = None
+    """Jobs the project may have placed (scheduled or running) at once."""
 
     def __post_init__(self) -> None:
         if self.weight <= 0:
@@ -259,11 +261,13 @@ class _Pass:
 
         self.charged: dict[str, float] = {}
         self.holding: dict[str, int] = {}
+        self.jobs_placed: dict[str, int] = {}
         self.allocations: dict[str, list[tuple[int, int]]] = {}
         for job in running:
             self.holding[job.project] = self.holding.get(job.project, 0) + sum(
                 job.allocations.values()
             )
+            self.jobs_placed[job.project] = self.jobs_placed.get(job.project, 0) + 1
             self.allocations[job.id] = [
                 (number[node_id], slots)
                 for node_id, slots in job.allocations.items()
@@ -336,6 +340,12 @@ class _Pass:
         holds = self.holding.get(job.project, 0)
         if limit is not None and holds + job.slots > limit:
             quota = f"project {job.project} is at its quota of {limit} slots (holds {holds})"
+            self.pending.append((job.id, quota, None))
+            return
+        job_limit = policy.max_jobs if policy is not None else None
+        placed = self.jobs_placed.get(job.project, 0)
+        if job_limit is not None and placed >= job_limit:
+            quota = f"project {job.project} is at its quota of {job_limit} concurrent jobs"
             self.pending.append((job.id, quota, None))
             return
         constraints = _constraints(job)
@@ -442,6 +452,7 @@ class _Pass:
             self.index.take(node, share)
         self.changes += 1
         self.holding[job.project] = self.holding.get(job.project, 0) + slots
+        self.jobs_placed[job.project] = self.jobs_placed.get(job.project, 0) + 1
         self.charged[job.project] = self.charged.get(job.project, 0.0) + slots * PLACED_CHARGE_S
         allocations = tuple((self.nodes[node].id, share) for node, share in plan)
         self.placements.append(Placement(job.id, allocations))

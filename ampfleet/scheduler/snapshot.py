@@ -82,7 +82,7 @@ def load(session: Session, settings: Settings, now: datetime) -> Snapshot:
         for n in node_rows
     ]
     policies = {
-        p.name: ProjectPolicy(weight=p.weight, max_slots=p.max_slots)
+        p.name: ProjectPolicy(weight=p.weight, max_slots=p.max_slots, max_jobs=p.max_running_jobs)
         for p in session.scalars(select(Project))
     }
     return Snapshot(

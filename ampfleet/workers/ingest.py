@@ -118,13 +118,12 @@ def ship_logs(
     budget = settings.max_log_bytes_per_job - job.log_bytes
     kept, size = 0, 0
     for row in rows:
-        size += len(row[5])
-        if size > budget:
+        if size + len(row[5]) > budget:
             break
+        size += len(row[5])
         kept += 1
     if kept < len(rows):
-        job.log_lines_dropped += len(rows) - kept
-        if job.log_bytes < settings.max_log_bytes_per_job:
+        if job.log_lines_dropped == 0:  # the first line dropped: say so, once
             record_event(
                 session,
                 job,
@@ -132,8 +131,8 @@ def ship_logs(
                 f"log volume reached {settings.max_log_bytes_per_job} bytes; further lines "
                 "are dropped and counted (the job keeps running)",
             )
-            job.log_bytes = settings.max_log_bytes_per_job
-    job.log_bytes += sum(len(row[5]) for row in rows[:kept])
+        job.log_lines_dropped += len(rows) - kept
+    job.log_bytes += size
     insert_rows(session, LogLine.__table__, LOG_COLUMNS, rows[:kept])  # type: ignore[arg-type]
 
 

@@ -171,3 +171,14 @@ def test_dead_nodes_are_reaped(client: TestClient) -> None:
         (e["from_state"], e["to_state"], e["reason"]) for e in events
     ]
     assert job_row(job["id"]).state == "QUEUED"
+
+
+def test_concurrent_jobs_quota(client: TestClient) -> None:
+    add_node("gpu-1", 8)
+    client.put("/v1/projects/default", json={"max_running_jobs": 1})
+    first = submit(client, resources={"procs": 1})
+    second = submit(client, resources={"procs": 1})
+    assert Scheduler().run_pass() == 1
+    assert job_row(first["id"]).state == "SCHEDULED"
+    reason = client.get(f"/v1/jobs/{second['id']}").json()["queue"]["pending_reason"]
+    assert "quota of 1 concurrent jobs" in reason

@@ -34,6 +34,15 @@ class QueueInfo(BaseModel):
     not_before: datetime | None = Field(description="Restart backoff: not placed before.")
 
 
+class Volume(BaseModel):
+    """What the job produced against its limits; past them more is dropped and counted."""
+
+    metric_points: int
+    metric_points_dropped: int
+    log_bytes: int
+    log_lines_dropped: int
+
+
 class JobOut(BaseModel):
     id: str
     name: str | None
@@ -45,6 +54,7 @@ class JobOut(BaseModel):
     progress: Progress
     queue: QueueInfo | None = Field(description="Present while the job waits in the queue.")
     latest_metrics: dict[str, float]
+    volume: Volume
     precision: PrecisionSetting
     allreduce_dtype: PrecisionSetting
     failure_reason: str | None

@@ -20,7 +20,7 @@ from ampfleet.api.errors import (
     UnprocessableError,
 )
 from ampfleet.api.jobs import repository
-from ampfleet.api.jobs.schemas import JobOut, PrecisionSetting, Progress, QueueInfo
+from ampfleet.api.jobs.schemas import JobOut, PrecisionSetting, Progress, QueueInfo, Volume
 from ampfleet.core import webhooks
 from ampfleet.core.fleet import fits_fleet, job_request_of, node_view
 from ampfleet.core.ids import new_id
@@ -234,6 +234,12 @@ def to_out(job: Job, now: datetime | None = None) -> JobOut:
         if job.state == JobState.QUEUED
         else None,
         latest_metrics=job.latest_metrics or {},
+        volume=Volume(
+            metric_points=job.metric_points or 0,
+            metric_points_dropped=job.metric_points_dropped or 0,
+            log_bytes=job.log_bytes or 0,
+            log_lines_dropped=job.log_lines_dropped or 0,
+        ),
         precision=PrecisionSetting(
             requested=Precision(resolved["precision"]), effective=job.precision
         ),

@@ -29,6 +29,7 @@ def _out(session: Session, name: str, usage: dict[str, float]) -> ProjectOut:
             weight=project.weight,
             max_slots=project.max_slots,
             max_queued_jobs=project.max_queued_jobs,
+            max_running_jobs=project.max_running_jobs,
         )
         if project
         else ProjectPolicyIn()
@@ -92,6 +93,7 @@ def put_project(
     project.weight = policy.weight
     project.max_slots = policy.max_slots
     project.max_queued_jobs = policy.max_queued_jobs
+    project.max_running_jobs = policy.max_running_jobs
     session.flush()
     out = _out(session, name, _usage(session))
     session.commit()

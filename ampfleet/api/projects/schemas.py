@@ -15,6 +15,9 @@ class ProjectPolicyIn(BaseModel):
     max_queued_jobs: int | None = Field(
         None, ge=0, le=MAX_INT, description="Queued jobs; beyond it submit gets 429."
     )
+    max_running_jobs: int | None = Field(
+        None, ge=0, le=MAX_INT, description="Jobs placed (scheduled or running) at once."
+    )
 
 
 class ProjectOut(ProjectPolicyIn):

@@ -1,0 +1,33 @@
+"""Per-job limits with real processes: the runtime limit ends a job TIMED_OUT; past the
+metric and log volume limits the excess is dropped and counted, an event says so, and the
+job keeps running to success."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.factories import job_spec
+
+pytestmark = pytest.mark.e2e
+
+
+def test_runtime_and_volume_limits(make_fleet) -> None:
+    fleet = make_fleet(
+        extra_env={
+            "AMPFLEET_MAX_METRIC_POINTS_PER_JOB": "300",
+            "AMPFLEET_MAX_LOG_BYTES_PER_JOB": "600",
+        }
+    )
+    slow = fleet.submit(job_spec(stop={"max_steps": 10_000_000, "max_runtime_s": 8}))
+    chatty = fleet.submit(job_spec(stop={"max_steps": 200}, log_every_steps=1))
+    timed_out = fleet.wait_for_state(slow["id"], {"TIMED_OUT"}, timeout=120)
+    assert "max_runtime_s=8" in timed_out["failure_reason"]
+    done = fleet.wait_for_state(chatty["id"], {"SUCCEEDED"}, timeout=120)
+    volume = done["volume"]
+    assert volume["metric_points"] == 300
+    assert volume["metric_points_dropped"] > 0
+    assert volume["log_bytes"] <= 600
+    assert volume["log_lines_dropped"] > 0
+    reasons = [e["reason"] for e in fleet.events(chatty["id"])]
+    assert reasons.count("metric_points_limit_reached") == 1
+    assert reasons.count("log_limit_reached") == 1
