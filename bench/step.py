@@ -15,10 +15,12 @@ import argparse
 import os
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from ampfleet.workers.training.localranks import run_ranks
 from ampfleet.workers.training.loop import LoopConfig, Trainer
@@ -69,7 +71,7 @@ def _steps(
     )
     with tempfile.TemporaryDirectory() as tmp:
         cfg = LoopConfig(
-            max_steps=steps + warmup,
+            max_steps=steps + warmup + 1,
             epochs=None,
             requested_precision=precision,
             requested_allreduce_dtype=allreduce,
@@ -81,7 +83,9 @@ def _steps(
             world_size=world_size,
             seed=0,
             eval_every_steps=0,
-            log_every_steps=1,
+            # No logging step inside the timed window: logging synchronises the device at
+            # every phase boundary to attribute time, which a throughput figure must not pay.
+            log_every_steps=steps + warmup + 1,
             checkpoint_every_steps=0,
             keep_last_checkpoints=1,
             checkpoint_dir=Path(tmp),
@@ -90,23 +94,35 @@ def _steps(
         trainer = Trainer(task, cfg, writer=None)
         trainer.batches = trainer.micro_batches(start=0)
         try:
-            times = [trainer.step_once()["step_time_s"] for _ in range(steps + warmup)][warmup:]
+            for _ in range(warmup):
+                trainer.step_once()
+            _sync(cuda)
+            started = time.perf_counter()
+            for _ in range(steps):
+                trainer.step_once()
+            _sync(cuda)
+            step_s = (time.perf_counter() - started) / steps
         finally:
             trainer.comm.close()
     gpt = task.model
     tokens = model["batch_size"] * model["block_size"] * world_size
     return {
-        "step_s": statistics.median(times),
+        "step_s": step_s,
         "flops_per_step": gpt.flops_per_token() * tokens,  # type: ignore[operator]
         "parameters": float(gpt.num_parameters()),  # type: ignore[operator]
     }
 
 
+def _sync(cuda: bool) -> None:
+    if cuda:
+        torch.cuda.synchronize()
+    else:
+        dist.barrier()
+
+
 def _run_cuda(
     precision: str, allreduce: str, model: dict[str, Any], steps: int, warmup: int
 ) -> dict[str, float]:
-    import torch.distributed as dist
-
     with tempfile.TemporaryDirectory() as tmp:
         dist.init_process_group("nccl", init_method=f"file://{tmp}/init", rank=0, world_size=1)
         try:
