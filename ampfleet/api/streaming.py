@@ -13,10 +13,29 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 SSE_MEDIA_TYPE = "text/event-stream"
 HEARTBEAT_S = 15.0
+
+
+def stream_response_doc(description: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI for a 200 that is JSON, or an event stream when the client asks for one."""
+    return {
+        200: {
+            "description": description,
+            "content": {SSE_MEDIA_TYPE: {"schema": {"type": "string"}}},
+        }
+    }
+
+
+def streaming_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(
+        frames,
+        media_type=SSE_MEDIA_TYPE,
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 def wants_stream(accept: str | None) -> bool:

@@ -23,7 +23,7 @@ from ampfleet.api.jobs.schemas import (
     JobPatch,
 )
 from ampfleet.api.jobs.stream import stream_job
-from ampfleet.api.streaming import SSE_MEDIA_TYPE, wants_stream
+from ampfleet.api.streaming import stream_response_doc, streaming_response, wants_stream
 from ampfleet.core.messaging import wake_scheduler
 from ampfleet.core.settings import get_settings
 from ampfleet.core.spec import JobSpec
@@ -130,12 +130,11 @@ def cancel_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) ->
     response_model=EventList,
     responses={
         **responses(401, 403, 404, 422),
-        200: {
-            "description": "JSON list; or, with `Accept: text/event-stream`, a live stream "
-            "of `state`, `event`, `progress`, `metrics` and a final `end` event, resumable "
-            "with `Last-Event-ID`.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-        },
+        **stream_response_doc(
+            "JSON list; or, with `Accept: text/event-stream`, a live stream of `state`, "
+            "`event`, `progress`, `metrics` and a final `end` event, resumable with "
+            "`Last-Event-ID`."
+        ),
     },
     summary="State transitions and other events: a list, or a live stream (SSE)",
 )
@@ -151,11 +150,7 @@ def job_events(
     service.get(session, job_id, principal)
     if wants_stream(accept):
         session.close()  # the stream reads with sessions of its own, for as long as it lasts
-        return StreamingResponse(
-            stream_job(job_id, last_event_id, get_settings().stream_poll_s),
-            media_type=SSE_MEDIA_TYPE,
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return streaming_response(stream_job(job_id, last_event_id, get_settings().stream_poll_s))
     events = repository.events(session, job_id, after, limit)
     return EventList(items=[EventOut.model_validate(e, from_attributes=True) for e in events])
 

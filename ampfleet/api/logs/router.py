@@ -17,7 +17,13 @@ from ampfleet.api.bounds import MAX_ID, MAX_INT
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import UnprocessableError, responses
 from ampfleet.api.jobs import service as jobs
-from ampfleet.api.streaming import SSE_MEDIA_TYPE, frame, poll_stream, wants_stream
+from ampfleet.api.streaming import (
+    frame,
+    poll_stream,
+    stream_response_doc,
+    streaming_response,
+    wants_stream,
+)
 from ampfleet.core.db import get_read_sessionmaker
 from ampfleet.core.models import Job, LogLine
 from ampfleet.core.settings import get_settings
@@ -64,11 +70,10 @@ def _after_tail(session: Session, conditions: list[ColumnElement[bool]], tail: i
     response_model=LogPage,
     responses={
         **responses(401, 404, 422),
-        200: {
-            "description": "A page of lines; with `Accept: text/event-stream`, the lines "
-            "as they arrive (`logs` events, then `end`), resumable with `Last-Event-ID`.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-        },
+        **stream_response_doc(
+            "A page of lines; with `Accept: text/event-stream`, the lines as they arrive "
+            "(`logs` events, then `end`), resumable with `Last-Event-ID`."
+        ),
     },
     summary="Log lines of every rank (filter, tail, follow)",
 )
@@ -95,11 +100,7 @@ def job_logs(
     if wants_stream(accept):
         session.close()
         follower = _Follower(job_id, conditions, after)
-        return StreamingResponse(
-            poll_stream(follower.step, get_settings().stream_poll_s),
-            media_type=SSE_MEDIA_TYPE,
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return streaming_response(poll_stream(follower.step, get_settings().stream_poll_s))
     lines = session.scalars(
         select(LogLine).where(*conditions, LogLine.id > after).order_by(LogLine.id).limit(limit)
     ).all()
