@@ -63,6 +63,22 @@ def batches(points: int, batch: int) -> list[list[dict[str, object]]]:
     return [records[i : i + per_batch] for i in range(0, len(records), per_batch)]
 
 
+def _api_with_a_job() -> tuple[TestClient, str]:
+    """An in-process API client with an admin key, and a job to attach metrics to."""
+    from ampfleet.api.app import create_app
+
+    with session_scope() as session:
+        _, key = create_key(
+            session,
+            project="default",
+            role=Role.ADMIN,
+            name="bench",
+            pepper=get_settings().secret_key,
+        )
+    api = TestClient(create_app(), headers={"Authorization": f"Bearer {key}"})
+    return api, api.post("/v1/jobs", json=job_spec()).json()["id"]
+
+
 def ours(points: int, batch: int, database_url: str) -> float:
     with (
         environment(
@@ -73,19 +89,7 @@ def ours(points: int, batch: int, database_url: str) -> float:
         ),
         tempfile.TemporaryDirectory() as tmp,
     ):
-        client_key = None
-        with session_scope() as session:
-            _, client_key = create_key(
-                session,
-                project="default",
-                role=Role.ADMIN,
-                name="b",
-                pepper=get_settings().secret_key,
-            )
-        from ampfleet.api.app import create_app
-
-        api = TestClient(create_app(), headers={"Authorization": f"Bearer {client_key}"})
-        job_id = api.post("/v1/jobs", json=job_spec()).json()["id"]
+        _, job_id = _api_with_a_job()
         feed = AttemptFeed(RunDir(Path(tmp)))
         work = batches(points, batch)
         started = time.perf_counter()
@@ -172,18 +176,7 @@ def query_million(database_url: str, runs: int) -> None:
     with environment(
         {"AMPFLEET_DATABASE_URL": database_url, "AMPFLEET_MAX_METRIC_POINTS_PER_JOB": "2000000"}
     ):
-        with session_scope() as session:
-            _, key = create_key(
-                session,
-                project="default",
-                role=Role.ADMIN,
-                name="q",
-                pepper=get_settings().secret_key,
-            )
-        from ampfleet.api.app import create_app
-
-        api = TestClient(create_app(), headers={"Authorization": f"Bearer {key}"})
-        job_id = api.post("/v1/jobs", json=job_spec()).json()["id"]
+        api, job_id = _api_with_a_job()
         with session_scope() as session:
             session.execute(
                 text(

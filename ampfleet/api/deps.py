@@ -8,22 +8,15 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
-from ampfleet.core.db import get_read_sessionmaker, get_sessionmaker
+from ampfleet.core.db import get_read_sessionmaker, get_sessionmaker, unit_of_work
 
 
 def get_db_session(request: Request) -> Iterator[Session]:
     """One unit of work per request: services flush, this commits once, before the response
     goes out. GET and HEAD only read, and get a session that never waits for writers."""
     factory = get_read_sessionmaker if request.method in ("GET", "HEAD") else get_sessionmaker
-    session = factory()()
-    try:
+    with unit_of_work(factory()) as session:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
 
 
 # scope="function": the commit runs when the endpoint returns, before the response is sent,

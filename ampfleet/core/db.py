@@ -61,9 +61,9 @@ def is_postgres(session: Session) -> bool:
 
 
 @contextmanager
-def session_scope() -> Iterator[Session]:
+def unit_of_work(factory: sessionmaker[Session]) -> Iterator[Session]:
     """One unit of work: commits once at the end, rolls back on any error."""
-    session = get_sessionmaker()()
+    session = factory()
     try:
         yield session
         session.commit()
@@ -72,3 +72,9 @@ def session_scope() -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+@contextmanager
+def session_scope() -> Iterator[Session]:
+    with unit_of_work(get_sessionmaker()) as session:
+        yield session
