@@ -1,6 +1,7 @@
 """Soak: hundreds of jobs while a worker is killed every 10 seconds (and comes back).
 Counted: lost jobs, duplicate completions, concurrent attempts; all must be zero, and every
-job must end SUCCEEDED. (Long tier; AMPFLEET_SOAK_JOBS sets the count, 300 by default.)"""
+job must end SUCCEEDED. Long tier: 120 jobs there, to fit the tier's hour on two cores; the
+300-job figures in BENCHMARKS.md come from AMPFLEET_SOAK_JOBS=300."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 NODES = ("node-a", "node-b", "node-c")
 
 
+@pytest.mark.timeout(60 * 60)
 def test_soak_with_a_worker_killed_every_10s(make_fleet) -> None:
-    total = int(os.environ.get("AMPFLEET_SOAK_JOBS", "300"))
+    total = int(os.environ.get("AMPFLEET_SOAK_JOBS", "120"))
     fleet = make_fleet(
         nodes=NODES,
         cpu_slots=1,
@@ -36,7 +38,7 @@ def test_soak_with_a_worker_killed_every_10s(make_fleet) -> None:
     submitted = [fleet.submit(spec)["id"] for _ in range(total)]
     victims = itertools.cycle(NODES)
     kills = 0
-    deadline = time.monotonic() + 60 * 45
+    deadline = time.monotonic() + 60 * 55
     while time.monotonic() < deadline:
         states = [j["state"] for j in _all_jobs(fleet)]
         if all(s in ("SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT") for s in states):
