@@ -8,6 +8,7 @@ and sent after commit, so a crash between the two delays a message but never los
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
@@ -114,15 +115,21 @@ def broker_reachable(timeout_s: float = 2.0) -> str | None:
 
 
 _waker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wake-scheduler")
+_wake_pending = threading.Event()
 
 
 def wake_scheduler() -> None:
     """Best effort and off the caller's thread: the scheduler also polls the database, so a
-    lost wake-up costs one poll interval, and a broker that is down must not slow a request."""
+    lost wake-up costs one poll interval, and a broker that is down must not slow a request.
+    Wake-ups asked for while one is still waiting to be sent ride along with it."""
+    if _wake_pending.is_set():
+        return
+    _wake_pending.set()
     _waker.submit(_send_wake)
 
 
 def _send_wake() -> None:
+    _wake_pending.clear()  # later wake-ups need a message of their own: this one is leaving
     try:
         get_celery().send_task(WAKE_SCHEDULER, queue=SCHEDULER_QUEUE, retry=False)
     except Exception:

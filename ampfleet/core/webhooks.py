@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import operator
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -32,8 +33,24 @@ def sign(secret: str, timestamp: int, body: bytes) -> str:
     return f"v1={digest.hexdigest()}"
 
 
+# Projects known to have no webhooks, and until when (monotonic): most projects have none,
+# and a state change should not pay a query to learn it again. Creating or deleting a
+# webhook clears the note in that process; other processes see it within the TTL.
+_NONE_UNTIL: dict[str, float] = {}
+NO_WEBHOOKS_TTL_S = 1.0
+
+
+def forget_subscribers(project: str) -> None:
+    _NONE_UNTIL.pop(project, None)
+
+
 def _subscribers(session: Session, project: str) -> list[Webhook]:
-    return list(session.scalars(select(Webhook).where(Webhook.project == project, Webhook.active)))
+    if _NONE_UNTIL.get(project, 0.0) > time.monotonic():
+        return []
+    found = list(session.scalars(select(Webhook).where(Webhook.project == project, Webhook.active)))
+    if not found:
+        _NONE_UNTIL[project] = time.monotonic() + NO_WEBHOOKS_TTL_S
+    return found
 
 
 def _add(

@@ -101,18 +101,20 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
         total_steps=spec.stop.max_steps,
         latest_metrics={},
     )
-    try:
-        with session.begin_nested():
-            session.add(job)
-            session.flush()
-    except IntegrityError:
-        # A concurrent request with the same idempotency key won the insert.
-        if idempotency_key is None:
-            raise
-        existing = repository.get_by_idempotency_key(session, spec.project, idempotency_key)
-        if existing is None:
-            raise
-        return _same_request_or_refuse(existing, fingerprint), False
+    if idempotency_key is None:
+        session.add(job)
+        session.flush()
+    else:
+        try:
+            with session.begin_nested():  # a savepoint only where a race is possible
+                session.add(job)
+                session.flush()
+        except IntegrityError:
+            # A concurrent request with the same idempotency key won the insert.
+            existing = repository.get_by_idempotency_key(session, spec.project, idempotency_key)
+            if existing is None:
+                raise
+            return _same_request_or_refuse(existing, fingerprint), False
     shape = (
         f"{spec.resources.procs} ranks"
         if spec.resources.procs

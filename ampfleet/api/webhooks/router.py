@@ -21,6 +21,7 @@ from ampfleet.core.netguard import refuse_reason
 from ampfleet.core.settings import get_settings
 from ampfleet.core.spec import SafeName
 from ampfleet.core.states import JobState
+from ampfleet.core.webhooks import forget_subscribers
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
@@ -125,6 +126,7 @@ def create_webhook(
     )
     session.add(webhook)
     session.flush()
+    forget_subscribers(project)
     out = WebhookOut.model_validate(webhook, from_attributes=True)
     return CreatedWebhook(**out.model_dump(), secret=webhook.secret)
 
@@ -154,6 +156,7 @@ def delete_webhook(webhook_id: str, session: SessionDep, principal: CurrentPrinc
     webhook = _get(session, webhook_id, principal)
     principal.check_can_write(webhook.project)
     session.delete(webhook)
+    forget_subscribers(webhook.project)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
