@@ -19,6 +19,7 @@ import math
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -109,7 +110,7 @@ def mlflow(points: int, batch: int, database_url: str) -> float:
     if not python.exists():
         raise SystemExit("MLflow is not installed: see the module docstring")
     port = free_port()
-    store = database_url.replace("postgresql+psycopg://", "postgresql://")
+    store = database_url.replace("postgresql+psycopg://", "postgresql+psycopg2://")
     with tempfile.TemporaryDirectory() as artifacts:
         server = subprocess.Popen(
             [
@@ -128,8 +129,8 @@ def mlflow(points: int, batch: int, database_url: str) -> float:
                 "--workers",
                 "1",
             ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=(Path(artifacts) / "server.log").open("wb"),
+            stderr=subprocess.STDOUT,
             env={**os.environ},
         )
         base = f"http://127.0.0.1:{port}/api/2.0/mlflow"
@@ -166,6 +167,9 @@ def mlflow(points: int, batch: int, database_url: str) -> float:
                     )
                     response.raise_for_status()
                 seconds = time.perf_counter() - started
+        except httpx.HTTPError:
+            print((Path(artifacts) / "server.log").read_text()[-3000:], file=sys.stderr)
+            raise
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -221,7 +225,7 @@ def main() -> None:
     for _ in range(args.runs):
         with fresh_postgres_database("ampfleet_bench") as url:
             rates["ampfleet"].append(ours(args.points, args.batch, url))
-        with fresh_postgres_database("mlflow_bench") as url:
+        with fresh_postgres_database("mlflow_bench", migrate=False) as url:
             rates["mlflow"].append(mlflow(args.points, args.batch, url))
     ours_rate, mlflow_rate = (statistics.median(v) for v in rates.values())
     print(f"ingest, {args.points:,} points in batches of {args.batch}, median of {args.runs}:")

@@ -46,14 +46,15 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 
 
 @contextmanager
-def fresh_postgres_database(prefix: str = "ampfleet_test") -> Iterator[str]:
-    """A new, migrated PostgreSQL database; dropped afterwards."""
+def fresh_postgres_database(prefix: str = "ampfleet_test", migrate: bool = True) -> Iterator[str]:
+    """A new PostgreSQL database, migrated unless told otherwise; dropped afterwards."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
     try:
-        upgrade(url)
+        if migrate:
+            upgrade(url)
         yield url
     finally:
         with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
