@@ -82,3 +82,24 @@ def test_guard_switches_to_fp32_past_the_threshold() -> None:
     for result in run_ranks(_run, 2, "bf16", 1e-6):
         assert result["guard_error"] > 1e-6
         assert "switched to fp32" in result["switch"]
+
+
+def _ring_sum(rank: int, world_size: int, numel: int):
+    from ampfleet.workers.training.ring import Workspace, ring_average_
+
+    values = torch.randn(numel, generator=torch.Generator().manual_seed(rank))
+    averaged = ring_average_(values.clone(), torch.bfloat16, Workspace())
+    return values, averaged
+
+
+def test_ring_is_exact_for_odd_world_sizes_and_uneven_chunks() -> None:
+    """Three ranks and a length that does not split evenly: every rank ends with the very
+    same average, within bf16's error of the exact one (one rounding of each input and one
+    of each partial sum along the ring)."""
+    numel = 3 * 4096 * 5 + 7
+    ranks = run_ranks(_ring_sum, 3, numel)
+    for rank, (_, averaged) in enumerate(ranks):
+        assert torch.equal(averaged, ranks[0][1]), rank
+    exact = sum(values for values, _ in ranks) / 3
+    error = float((ranks[0][1] - exact).norm() / exact.norm())
+    assert error <= 2.0**-7
