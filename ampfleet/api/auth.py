@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Annotated
 
-from fastapi import Depends, Security
+from fastapi import BackgroundTasks, Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import update
+from sqlalchemy.exc import OperationalError
 
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import (
@@ -17,13 +20,15 @@ from ampfleet.api.errors import (
     NotFoundError,
     TooManyRequestsError,
 )
+from ampfleet.core.db import session_scope
 from ampfleet.core.keys import Role, verify
-from ampfleet.core.models import utcnow
+from ampfleet.core.models import ApiKey, utcnow
 from ampfleet.core.settings import get_settings
 
 bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer amp_...`")
 api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False)
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+log = logging.getLogger(__name__)
 
 
 class UnauthorizedError(AmpfleetError):
@@ -85,6 +90,8 @@ rate_limiter = RateLimiter()
 
 
 def current_principal(
+    request: Request,
+    background: BackgroundTasks,
     session: SessionDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     header_key: Annotated[str | None, Security(api_key_header)],
@@ -104,8 +111,23 @@ def current_principal(
         )
     now = utcnow()
     if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
-        row.last_used_at = now  # written at most once a minute per key
+        if request.method in ("GET", "HEAD"):
+            background.add_task(_note_use_apart, row.id, now)
+        else:
+            row.last_used_at = now  # written at most once a minute per key
     return Principal(key_id=row.id, project=row.project, role=Role(row.role))
+
+
+def _note_use_apart(key_id: str, now: datetime) -> None:
+    """A read request's session stays read-only: on SQLite, turning its deferred read
+    transaction into a write fails at once (SQLITE_BUSY) whenever another writer got in
+    first. So the advisory last-used time goes in its own unit of work after the response,
+    and losing it to a busy database costs nothing but a stale timestamp."""
+    try:
+        with session_scope() as writer:
+            writer.execute(update(ApiKey).where(ApiKey.id == key_id).values(last_used_at=now))
+    except OperationalError as exc:
+        log.info("last use of key %s not recorded: %s", key_id, exc.orig)
 
 
 def admin_principal(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:

@@ -75,7 +75,7 @@ http_metrics = HttpMetrics()
 def fleet_lines(session: Session, node_timeout_s: float) -> list[str]:
     now = utcnow()
     out = ["# HELP ampfleet_jobs Jobs by state.", "# TYPE ampfleet_jobs gauge"]
-    rows = session.execute(select(Job.state, func.count()).group_by(Job.state)).tuples().all()
+    rows = session.execute(select(Job.state, func.count()).group_by(Job.state)).all()
     counts = dict(rows)
     for state in JobState:
         out.append(f'ampfleet_jobs{{state="{state.value}"}} {counts.get(state.value, 0)}')
@@ -90,7 +90,7 @@ def fleet_lines(session: Session, node_timeout_s: float) -> list[str]:
             select(Job.created_at, Job.scheduled_at).where(
                 Job.scheduled_at.is_not(None), Job.scheduled_at > now - WINDOW
             )
-        ).tuples()
+        )
         if scheduled is not None
     )
     out += [

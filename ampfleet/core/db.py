@@ -17,6 +17,9 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
         event.listen(engine, "connect", _sqlite_pragmas)
+        if read_only:
+            # A write through a read session is a bug; make it fail loudly, at once.
+            event.listen(engine, "connect", _sqlite_query_only)
         # pysqlite's own transaction handling defers BEGIN and breaks SELECT-then-UPDATE
         # fencing; emit BEGIN IMMEDIATE ourselves so writers serialise at the start. Readers
         # take a plain (deferred) BEGIN: in WAL mode they then never wait for a writer.
@@ -34,6 +37,10 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+
+
+def _sqlite_query_only(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.execute("PRAGMA query_only=ON")
 
 
 @lru_cache

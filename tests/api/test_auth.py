@@ -118,6 +118,21 @@ def test_keys_are_shown_once_hashed_and_revocable(client: TestClient, app) -> No
     assert holder.get("/v1/jobs").status_code == 401
 
 
+def test_a_read_records_when_its_key_was_last_used(client: TestClient, app) -> None:
+    """The read's own session stays read-only (on SQLite it could not write safely); the
+    last-used time is written apart from it, and a read-only session refuses writes."""
+    created = client.post("/v1/keys", json={"project": "delta", "role": "read"}).json()
+    reader = TestClient(app, headers={"Authorization": f"Bearer {created['key']}"})
+
+    def last_used() -> str | None:
+        keys = client.get("/v1/keys", params={"project": "delta"}).json()["items"]
+        return next(k["last_used_at"] for k in keys if k["id"] == created["id"])
+
+    assert last_used() is None
+    assert reader.get("/v1/jobs").status_code == 200
+    assert last_used() is not None
+
+
 def test_admin_routes_need_admin(app, make_key) -> None:
     writer = TestClient(app, headers={"Authorization": f"Bearer {make_key('alpha', 'write')}"})
     assert writer.put("/v1/projects/alpha", json={"max_slots": 99}).status_code == 403

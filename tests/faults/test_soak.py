@@ -52,7 +52,7 @@ def test_soak_with_a_worker_killed_every_10s(make_fleet) -> None:
 
     engine = create_engine(fleet.env["AMPFLEET_DATABASE_URL"])
     with engine.connect() as conn:
-        jobs = dict(conn.execute(select(Job.id, Job.state)).tuples().all())
+        jobs = dict(conn.execute(select(Job.id, Job.state)).all())
         successes: dict[str, int] = defaultdict(int)
         for (job_id,) in conn.execute(
             select(JobEvent.job_id).where(JobEvent.to_state == "SUCCEEDED")

@@ -67,13 +67,12 @@ def stats(
 def points(
     session: Session, job_id: str, name: str, lo: int | None, hi: int | None
 ) -> list[tuple[int, float]]:
-    return list(
-        session.execute(
-            select(Metric.step, Metric.value)
-            .where(*_filtered(job_id, [name], lo, hi))
-            .order_by(Metric.step, Metric.id)
-        ).tuples()
+    rows = session.execute(
+        select(Metric.step, Metric.value)
+        .where(*_filtered(job_id, [name], lo, hi))
+        .order_by(Metric.step, Metric.id)
     )
+    return [(step, value) for step, value in rows]
 
 
 def buckets(
