@@ -73,5 +73,6 @@ def test_every_operation_quick(backend: str, unlimited: None, app: FastAPI, make
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_every_operation_deep(backend: str, unlimited: None, app: FastAPI, make_key) -> None:
     assert fuzz(app, make_key(), examples=200) == []
