@@ -197,7 +197,10 @@ class Allocation(Base):
 
 class Metric(Base):
     __tablename__ = "metrics"
-    __table_args__ = (Index("ix_metrics_job_id_name_step", "job_id", "name", "step"),)
+    __table_args__ = (
+        Index("ix_metrics_job_id_name_step", "job_id", "name", "step"),
+        Index("ix_metrics_job_id_id", "job_id", "id"),  # the stream's cursor
+    )
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))

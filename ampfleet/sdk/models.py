@@ -142,6 +142,7 @@ class MetricSeries(ApiModel):
 class MetricsPage(ApiModel):
     job_id: str
     series: list[MetricSeries]
+    last_metric_id: int = 0  # follow from here: Last-Event-ID "<event id>:<last_metric_id>"
 
 
 class Node(ApiModel):

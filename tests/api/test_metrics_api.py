@@ -9,6 +9,7 @@ from sqlalchemy import insert
 
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Metric, utcnow
+from tests.api.test_events_stream import read_frames
 from tests.factories import job_spec
 
 
@@ -71,3 +72,20 @@ def test_filters_by_name_and_step_range(client: TestClient) -> None:
     assert [p["step"] for p in body["series"][0]["points"]] == list(range(10, 20))
     bad = client.get(f"/v1/jobs/{job['id']}/metrics", params={"from_step": 5, "to_step": 1})
     assert bad.status_code == 422
+
+
+def test_the_answer_names_where_the_stream_takes_over(client: TestClient) -> None:
+    """A console loads the history downsampled, then follows the stream from
+    `last_metric_id`: it gets the points that came after, and none of the earlier ones."""
+    job = client.post("/v1/jobs", json=job_spec()).json()
+    empty = client.get(f"/v1/jobs/{job['id']}/metrics").json()
+    assert (empty["series"], empty["last_metric_id"]) == ([], 0)
+    add_series(job["id"], "loss", [float(i) for i in range(5_000)])
+    history = client.get(f"/v1/jobs/{job['id']}/metrics", params={"max_points": 100}).json()
+    assert history["last_metric_id"] > 0
+    add_series(job["id"], "val_accuracy", [0.5, 0.75])  # lands after the history was read
+    client.post(f"/v1/jobs/{job['id']}/cancel")
+    cursor = {"Accept": "text/event-stream", "Last-Event-ID": f"0:{history['last_metric_id']}"}
+    frames = read_frames(client, job["id"], cursor)
+    points = [p for f in frames if f["event"] == "metrics" for p in f["data"]["points"]]
+    assert [(p["name"], p["step"]) for p in points] == [("val_accuracy", 1), ("val_accuracy", 2)]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import BrowserContext, Page, Request, expect, sync_playwright
 
 from tests.factories import job_spec
 from tests.support.fleet import Fleet, running_fleet
@@ -188,6 +188,22 @@ def test_job_page_follows_a_run_to_success_with_live_charts(
     expect(page.locator("#cancel-job")).to_be_disabled()
 
     assert save_screenshot(page, "job-page.png", capsys).stat().st_size > 10_000
+
+    # Opened afterwards, the page draws the same curves from the stored history, and the
+    # stream then only adds what is new (here, nothing).
+    live_points = loss.get_attribute("data-points")
+    requests: list[Request] = []
+    page.on("request", lambda request: requests.append(request))  # noqa: PLW0108 (a bound builtin cannot be a Playwright handler)
+    page.reload()
+    expect(page.locator("#job-state")).to_have_attribute("data-state", "SUCCEEDED")
+    expect(page.locator("#stream-status")).to_have_text("ended")
+    expect(loss).to_have_attribute("data-points", live_points or "")
+    expect(page.locator("#chart-validation polyline[data-series='val_accuracy']")).to_have_count(1)
+    history = next(r for r in requests if f"/v1/jobs/{job['id']}/metrics?" in r.url)
+    last_metric_id = history.response().json()["last_metric_id"]  # type: ignore[union-attr]
+    stream = next(r for r in requests if r.url.endswith(f"/v1/jobs/{job['id']}/events"))
+    assert stream.headers["last-event-id"].endswith(f":{last_metric_id}")
+    assert last_metric_id > 0
 
     # The list's filters: the finished job is among the finished, not among the running.
     page.click("a[data-nav='jobs']")

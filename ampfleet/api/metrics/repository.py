@@ -64,6 +64,10 @@ def stats(
     return [SeriesStats(*row) for row in rows]
 
 
+def last_id(session: Session, job_id: str) -> int:
+    return session.scalar(select(func.max(Metric.id)).where(Metric.job_id == job_id)) or 0
+
+
 def points(
     session: Session, job_id: str, name: str, lo: int | None, hi: int | None
 ) -> list[tuple[int, float]]:

@@ -44,11 +44,14 @@ def job_metrics(
         raise UnprocessableError.for_field("names", f"at most {MAX_NAMES} names")
     if from_step is not None and to_step is not None and from_step > to_step:
         raise UnprocessableError.for_field("from_step", "must not be greater than to_step")
+    # Read first: points that land while the series are read may then come twice (a
+    # client keys points by step), never not at all.
+    last_metric_id = repository.last_id(session, job_id)
     series = [
         _series(session, job_id, stats, from_step, to_step, max_points)
         for stats in repository.stats(session, job_id, wanted, from_step, to_step)
     ]
-    return MetricsOut(job_id=job_id, series=series)
+    return MetricsOut(job_id=job_id, series=series, last_metric_id=last_metric_id)
 
 
 def _series(

@@ -34,3 +34,8 @@ class MetricSeries(BaseModel):
 class MetricsOut(BaseModel):
     job_id: str
     series: list[MetricSeries]
+    last_metric_id: int = Field(
+        description="The newest metric point this answer covers. To follow the job from "
+        "here without receiving these points again, open its event stream with "
+        "`Last-Event-ID: <event id>:<last_metric_id>`."
+    )

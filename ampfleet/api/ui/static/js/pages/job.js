@@ -9,6 +9,7 @@ import { MetricStore, drawMetrics, metricPanels } from "./jobmetrics.js";
 const REFRESH_MS = 5000;
 const PACE_WINDOW_MS = 60000;
 const EVENT_PAGE = 1000;
+const HISTORY_POINTS = 2000; // per series: a long job's history comes downsampled
 
 function settingText(setting) {
   if (!setting.effective) return `${setting.requested} (requested)`;
@@ -180,6 +181,7 @@ export function jobPage(ctx, jobId) {
   };
 
   const start = async () => {
+    let history = null;
     try {
       job = await api(`/v1/jobs/${jobId}`, { signal: ctx.signal });
       fetchedAt = Date.now();
@@ -189,6 +191,10 @@ export function jobPage(ctx, jobId) {
         for (const event of page.items) events.set(event.id, event);
         if (page.items.length < EVENT_PAGE) break;
         after = page.items[page.items.length - 1].id;
+      }
+      history = await api(`/v1/jobs/${jobId}/metrics?max_points=${HISTORY_POINTS}`, { signal: ctx.signal });
+      for (const series of history.series) {
+        store.add(series.points.map(({ step, value }) => ({ name: series.name, step, value })));
       }
     } catch (error) {
       if (error.name === "AbortError") return;
@@ -208,7 +214,8 @@ export function jobPage(ctx, jobId) {
     const lastEvent = Math.max(0, ...events.keys());
     follow(`/v1/jobs/${jobId}/events`, {
       signal: ctx.signal,
-      lastEventId: `${lastEvent}:0`, // events already listed; every metric from the start
+      // Events already listed, metrics already loaded (downsampled): only what comes next.
+      lastEventId: `${lastEvent}:${history.last_metric_id}`,
       onFrame,
       onStatus: (value, error) => {
         streamStatus.textContent = value;
