@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated
@@ -20,6 +18,7 @@ from ampfleet.api.errors import (
     NotFoundError,
     TooManyRequestsError,
 )
+from ampfleet.api.ratelimit import buckets_for
 from ampfleet.core.db import session_scope
 from ampfleet.core.keys import Role, verify
 from ampfleet.core.models import ApiKey, utcnow
@@ -66,29 +65,6 @@ class Principal:
             raise ForbiddenError("this key is read-only")
 
 
-class RateLimiter:
-    """A token bucket per key, in this API process."""
-
-    def __init__(self) -> None:
-        self._buckets: dict[str, tuple[float, float]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, key_id: str, rate: float, burst: float) -> float:
-        """0 if the request may go now, else seconds until it may."""
-        now = time.monotonic()
-        with self._lock:
-            tokens, last = self._buckets.get(key_id, (burst, now))
-            tokens = min(burst, tokens + (now - last) * rate)
-            if tokens < 1.0:
-                self._buckets[key_id] = (tokens, now)
-                return (1.0 - tokens) / rate
-            self._buckets[key_id] = (tokens - 1.0, now)
-            return 0.0
-
-
-rate_limiter = RateLimiter()
-
-
 def current_principal(
     request: Request,
     background: BackgroundTasks,
@@ -103,7 +79,8 @@ def current_principal(
     row = verify(session, presented, settings.secret_key)
     if row is None:
         raise UnauthorizedError("the API key is not valid or has been revoked")
-    wait = rate_limiter.take(row.id, settings.rate_limit_per_s, settings.rate_limit_burst)
+    buckets = buckets_for(settings.effective_broker_url)
+    wait = buckets.take(row.id, settings.rate_limit_per_s, settings.rate_limit_burst)
     if wait:
         raise TooManyRequestsError(
             f"rate limit of {settings.rate_limit_per_s:g} requests/s for this key",

@@ -1,0 +1,82 @@
+"""A token bucket per API key: in Redis when the deployment has one, so that every API
+process draws from the same bucket; in this process's memory otherwise (the embedded
+default runs one API process)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from functools import lru_cache
+from typing import Protocol
+
+import redis
+
+log = logging.getLogger(__name__)
+
+
+class Buckets(Protocol):
+    def take(self, key_id: str, rate: float, burst: float) -> float:
+        """0 if the request may go now, else seconds until it may."""
+        ...
+
+
+class LocalBuckets:
+    def __init__(self) -> None:
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key_id: str, rate: float, burst: float) -> float:
+        now = time.monotonic()
+        with self._lock:
+            tokens, last = self._buckets.get(key_id, (burst, now))
+            tokens = min(burst, tokens + (now - last) * rate)
+            if tokens < 1.0:
+                self._buckets[key_id] = (tokens, now)
+                return (1.0 - tokens) / rate
+            self._buckets[key_id] = (tokens - 1.0, now)
+            return 0.0
+
+
+# The same bucket arithmetic, atomic in Redis, on Redis's clock (the API processes' clocks
+# need not agree). Returns the wait in microseconds as an integer (Lua numbers come back
+# truncated to integers).
+TAKE = """
+local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'last')
+local tokens, last = tonumber(state[1]), tonumber(state[2])
+if tokens == nil then tokens, last = burst, now end
+tokens = math.min(burst, tokens + math.max(0, now - last) * rate)
+local wait = 0
+if tokens < 1 then wait = (1 - tokens) / rate else tokens = tokens - 1 end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'last', tostring(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+return math.ceil(wait * 1e6)
+"""
+
+
+class RedisBuckets:
+    """Shared buckets. If Redis cannot be reached the request is not refused for that:
+    this process's own buckets stand in until it is back."""
+
+    def __init__(self, url: str) -> None:
+        self._client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        self._take = self._client.register_script(TAKE)
+        self._fallback = LocalBuckets()
+
+    def take(self, key_id: str, rate: float, burst: float) -> float:
+        try:
+            micros = self._take(keys=[f"ampfleet:ratelimit:{key_id}"], args=[rate, burst])
+        except redis.RedisError as exc:
+            log.warning("rate limit from this process only; redis: %s", exc)
+            return self._fallback.take(key_id, rate, burst)
+        return int(micros) / 1e6
+
+
+@lru_cache
+def buckets_for(broker_url: str) -> Buckets:
+    if broker_url.startswith(("redis://", "rediss://")):
+        return RedisBuckets(broker_url)
+    return LocalBuckets()

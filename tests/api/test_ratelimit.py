@@ -1,0 +1,45 @@
+"""Per-key token buckets: shared through Redis by every API process, or held in one."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from ampfleet.api.ratelimit import LocalBuckets, RedisBuckets, buckets_for
+
+
+def a_key() -> str:
+    return f"key_{uuid.uuid4().hex}"
+
+
+def test_two_api_processes_draw_from_one_bucket(redis_url: str) -> None:
+    first, second = RedisBuckets(redis_url), RedisBuckets(redis_url)  # as two processes would
+    key, rate, burst = a_key(), 0.01, 3.0
+    assert [first.take(key, rate, burst) for _ in range(2)] == [0.0, 0.0]
+    assert second.take(key, rate, burst) == 0.0
+    wait = second.take(key, rate, burst)
+    assert 50 < wait <= 100  # one token at 0.01/s, less what trickled in meanwhile
+    assert first.take(key, rate, burst) > 0  # the other process sees the same empty bucket
+    assert first.take(a_key(), rate, burst) == 0.0  # and every key has its own
+
+
+@pytest.mark.parametrize("kind", ["redis", "local"])
+def test_the_wait_is_at_most_one_token_at_the_rate(kind: str, redis_url: str) -> None:
+    buckets = RedisBuckets(redis_url) if kind == "redis" else LocalBuckets()
+    key = a_key()
+    assert buckets.take(key, 0.01, 1.0) == 0.0
+    assert 0 < buckets.take(key, 0.01, 1.0) <= 100.0
+
+
+def test_without_redis_this_process_still_limits(caplog: pytest.LogCaptureFixture) -> None:
+    unreachable = RedisBuckets("redis://127.0.0.1:1/0")
+    key = a_key()
+    assert [unreachable.take(key, 0.01, 2.0) for _ in range(2)] == [0.0, 0.0]
+    assert unreachable.take(key, 0.01, 2.0) > 0
+    assert "rate limit from this process only" in caplog.text
+
+
+def test_the_deployment_picks_its_buckets(redis_url: str) -> None:
+    assert isinstance(buckets_for(redis_url), RedisBuckets)
+    assert isinstance(buckets_for("filesystem://"), LocalBuckets)
