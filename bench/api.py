@@ -29,25 +29,31 @@ from tests.support.fleet import free_port
 
 @contextmanager
 def server(args: list[str], env: dict[str, str]) -> Iterator[str]:
+    """A uvicorn process; its log is shown if the benchmark fails."""
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", *args, "--port", str(port)],
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(200):
-            try:
-                httpx.get(url + "/openapi.json", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", *args, "--port", str(port)],
+            env={**os.environ, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(200):
+                try:
+                    httpx.get(url + "/openapi.json", timeout=1)
+                    break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            yield url
+        except BaseException:
+            log.seek(0)
+            print(f"--- {' '.join(args)} (exit {process.poll()}):\n{log.read()[-5000:]}")
+            raise
+        finally:
+            process.terminate()
+            process.wait(timeout=20)
 
 
 async def load(

@@ -18,6 +18,7 @@ from ampfleet.api.nodes.router import router as nodes_router
 from ampfleet.api.projects.router import router as projects_router
 from ampfleet.api.ui.router import mount_console
 from ampfleet.api.webhooks.router import router as webhooks_router
+from ampfleet.core.db import get_read_sessionmaker, get_sessionmaker
 from ampfleet.core.recipes import installed_recipes
 from ampfleet.core.settings import get_settings
 
@@ -25,6 +26,10 @@ from ampfleet.core.settings import get_settings
 def create_app() -> FastAPI:
     settings = get_settings()
     installed_recipes()  # load entry points now: a broken recipe package fails at start
+    # Build the engines now, once: left to the first requests, several threadpool threads
+    # would each build one (lru_cache does not serialise misses) and all but one be lost.
+    get_sessionmaker()
+    get_read_sessionmaker()
     app = FastAPI(
         title="ampfleet",
         version=__version__,

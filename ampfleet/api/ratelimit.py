@@ -39,40 +39,62 @@ class LocalBuckets:
 
 
 # The same bucket arithmetic, atomic in Redis, on Redis's clock (the API processes' clocks
-# need not agree). Returns the wait in microseconds as an integer (Lua numbers come back
-# truncated to integers).
+# need not agree), taking up to ARGV[3] tokens at once. Returns {tokens granted, wait in
+# microseconds} (Lua numbers come back truncated to integers).
 TAKE = """
-local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local rate, burst, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'last')
 local tokens, last = tonumber(state[1]), tonumber(state[2])
 if tokens == nil then tokens, last = burst, now end
 tokens = math.min(burst, tokens + math.max(0, now - last) * rate)
-local wait = 0
-if tokens < 1 then wait = (1 - tokens) / rate else tokens = tokens - 1 end
+local granted, wait = math.min(want, math.floor(tokens)), 0
+if granted < 1 then granted, wait = 0, (1 - tokens) / rate end
+tokens = tokens - granted
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'last', tostring(now))
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
-return math.ceil(wait * 1e6)
+return {granted, math.ceil(wait * 1e6)}
 """
+LEASE_S = 0.1  # a process takes at most this long's worth of a key's rate at once...
+LEASE_OF_BURST = 0.05  # ...and at most this share of its burst; 1 token when they are small
+LEASE_LIFETIME_S = 1.0  # leased tokens not used by then are given up, not hoarded
 
 
 class RedisBuckets:
-    """Shared buckets. If Redis cannot be reached the request is not refused for that:
-    this process's own buckets stand in until it is back."""
+    """Shared buckets. To spare most requests a round trip, a process leases a few tokens
+    at a time and spends them locally; with small limits the lease is one token, exact.
+    If Redis cannot be reached, requests are not refused for that: this process's own
+    buckets stand in until it is back."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, lease_lifetime_s: float = LEASE_LIFETIME_S) -> None:
         self._client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        self._lease_lifetime_s = lease_lifetime_s
         self._take = self._client.register_script(TAKE)
         self._fallback = LocalBuckets()
+        self._leases: dict[str, tuple[int, float]] = {}  # key -> (tokens, good until)
+        self._lock = threading.Lock()
 
     def take(self, key_id: str, rate: float, burst: float) -> float:
+        now = time.monotonic()
+        with self._lock:
+            tokens, until = self._leases.get(key_id, (0, now))
+            if tokens > 0 and now < until:
+                self._leases[key_id] = (tokens - 1, until)
+                return 0.0
+        want = max(1, int(min(rate * LEASE_S, burst * LEASE_OF_BURST)))
         try:
-            micros = self._take(keys=[f"ampfleet:ratelimit:{key_id}"], args=[rate, burst])
+            granted, micros = self._take(
+                keys=[f"ampfleet:ratelimit:{key_id}"], args=[rate, burst, want]
+            )
         except redis.RedisError as exc:
             log.warning("rate limit from this process only; redis: %s", exc)
             return self._fallback.take(key_id, rate, burst)
-        return int(micros) / 1e6
+        if int(granted) == 0:
+            return int(micros) / 1e6
+        with self._lock:
+            self._leases[key_id] = (int(granted) - 1, now + self._lease_lifetime_s)
+        return 0.0
 
 
 @lru_cache

@@ -32,6 +32,29 @@ def test_the_wait_is_at_most_one_token_at_the_rate(kind: str, redis_url: str) ->
     assert 0 < buckets.take(key, 0.01, 1.0) <= 100.0
 
 
+def test_a_process_leases_a_few_tokens_at_a_time(redis_url: str) -> None:
+    """At 100/s with a burst of 1,000 a lease is 10 tokens: ten requests, one round trip;
+    the shared bucket is charged for the whole lease at once."""
+    buckets, key = RedisBuckets(redis_url, lease_lifetime_s=3600), a_key()
+    script = buckets._take
+    calls: list[object] = []
+
+    def counted(**kwargs: object) -> object:
+        calls.append(kwargs)
+        return script(**kwargs)
+
+    buckets._take = counted  # type: ignore[method-assign]
+    assert [buckets.take(key, 100.0, 1000.0) for _ in range(10)] == [0.0] * 10
+    assert len(calls) == 1
+    assert buckets.take(key, 100.0, 1000.0) == 0.0
+    assert len(calls) == 2
+    # A small limit leases one token at a time: exact, as the API test of 429s relies on.
+    small = a_key()
+    assert [buckets.take(small, 0.01, 3.0) for _ in range(3)] == [0.0] * 3
+    assert buckets.take(small, 0.01, 3.0) > 0
+    assert len(calls) == 6
+
+
 def test_without_redis_this_process_still_limits(caplog: pytest.LogCaptureFixture) -> None:
     unreachable = RedisBuckets("redis://127.0.0.1:1/0")
     key = a_key()

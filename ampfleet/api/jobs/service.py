@@ -22,7 +22,7 @@ from ampfleet.api.errors import (
 from ampfleet.api.jobs import repository
 from ampfleet.api.jobs.schemas import JobOut, PrecisionSetting, Progress, QueueInfo, Volume
 from ampfleet.core import webhooks
-from ampfleet.core.fleet import fits_fleet, job_request_of, node_view
+from ampfleet.core.fleet import fits_fleet, job_request_of
 from ampfleet.core.ids import new_id
 from ampfleet.core.lifecycle import record_event, transition
 from ampfleet.core.models import Job, JobEvent, Project
@@ -62,7 +62,7 @@ def request_fingerprint(spec: JobSpec) -> str:
 
 def admit(session: Session, spec: JobSpec) -> None:
     """Refuse what can never run on the fleet as registered, or what is over its queue quota."""
-    refusal = fits_fleet(job_request_of(spec), [node_view(n) for n in repository.nodes(session)])
+    refusal = fits_fleet(job_request_of(spec), repository.node_shapes(session))
     if refusal:
         raise UnprocessableError.for_field("resources", refusal)
     project = session.get(Project, spec.project)
