@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from ampfleet.core.models import Node
 from ampfleet.core.spec import JobSpec
@@ -124,8 +124,25 @@ def job_request_of(
     )
 
 
+class NodeColumns(Protocol):
+    """A node row: the ORM object, or just its columns."""
+
+    id: str
+    accelerator: str
+    gpu_model: str | None
+    gpu_memory_mb: int | None
+    labels: Mapping[str, Any] | None
+    slots: int
+    state: str
+    last_heartbeat_at: datetime
+
+
 def node_view(
-    node: Node, used: int = 0, *, now: datetime | None = None, timeout_s: float | None = None
+    node: NodeColumns | Node,
+    used: int = 0,
+    *,
+    now: datetime | None = None,
+    timeout_s: float | None = None,
 ) -> NodeView:
     alive = True
     if now is not None and timeout_s is not None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ampfleet.core.fleet import NodeView
+from ampfleet.core.fleet import NodeView, node_view
 from ampfleet.core.models import Job, JobEvent, Node
 from ampfleet.core.states import JobState
 
@@ -19,23 +19,9 @@ def get(session: Session, job_id: str) -> Job | None:
 def node_shapes(session: Session) -> list[NodeView]:
     """What admission needs of every registered node: its columns, not ORM objects (a
     fleet of a thousand nodes is read on every submit)."""
-    rows = session.execute(
-        select(
-            Node.id, Node.accelerator, Node.gpu_model, Node.gpu_memory_mb, Node.labels, Node.slots
-        )
-    )
-    return [
-        NodeView(
-            id=row.id,
-            accelerator=row.accelerator,
-            gpu_model=row.gpu_model,
-            gpu_memory_mb=row.gpu_memory_mb,
-            labels={str(k): str(v) for k, v in (row.labels or {}).items()},
-            slots=row.slots,
-            free=row.slots,
-        )
-        for row in rows
-    ]
+    columns = (Node.id, Node.accelerator, Node.gpu_model, Node.gpu_memory_mb, Node.labels)
+    rows = session.execute(select(*columns, Node.slots, Node.state, Node.last_heartbeat_at))
+    return [node_view(row) for row in rows]
 
 
 def count_queued(session: Session, project: str) -> int:
