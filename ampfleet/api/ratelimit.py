@@ -59,13 +59,14 @@ return {granted, math.ceil(wait * 1e6)}
 LEASE_S = 0.1  # a process takes at most this long's worth of a key's rate at once...
 LEASE_OF_BURST = 0.05  # ...and at most this share of its burst; 1 token when they are small
 LEASE_LIFETIME_S = 1.0  # leased tokens not used by then are given up, not hoarded
+REDIS_RETRY_S = 5.0  # after Redis failed, requests do not wait on it again for this long
 
 
 class RedisBuckets:
     """Shared buckets. To spare most requests a round trip, a process leases a few tokens
     at a time and spends them locally; with small limits the lease is one token, exact.
-    If Redis cannot be reached, requests are not refused for that: this process's own
-    buckets stand in until it is back."""
+    If Redis cannot be reached, requests are not refused for that, nor kept waiting on
+    it: this process's own buckets stand in, and Redis is tried again a few seconds on."""
 
     def __init__(self, url: str, lease_lifetime_s: float = LEASE_LIFETIME_S) -> None:
         self._client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
@@ -74,6 +75,7 @@ class RedisBuckets:
         self._fallback = LocalBuckets()
         self._leases: dict[str, tuple[int, float]] = {}  # key -> (tokens, good until)
         self._lock = threading.Lock()
+        self._redis_down_until = 0.0
 
     def take(self, key_id: str, rate: float, burst: float) -> float:
         now = time.monotonic()
@@ -82,13 +84,16 @@ class RedisBuckets:
             if tokens > 0 and now < until:
                 self._leases[key_id] = (tokens - 1, until)
                 return 0.0
+        if now < self._redis_down_until:
+            return self._fallback.take(key_id, rate, burst)
         want = max(1, int(min(rate * LEASE_S, burst * LEASE_OF_BURST)))
         try:
             granted, micros = self._take(
                 keys=[f"ampfleet:ratelimit:{key_id}"], args=[rate, burst, want]
             )
         except redis.RedisError as exc:
-            log.warning("rate limit from this process only; redis: %s", exc)
+            log.warning("rate limit from this process only for %gs; redis: %s", REDIS_RETRY_S, exc)
+            self._redis_down_until = now + REDIS_RETRY_S
             return self._fallback.take(key_id, rate, burst)
         if int(granted) == 0:
             return int(micros) / 1e6

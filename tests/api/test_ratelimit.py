@@ -13,6 +13,19 @@ def a_key() -> str:
     return f"key_{uuid.uuid4().hex}"
 
 
+def script_calls(buckets: RedisBuckets) -> list[object]:
+    """Records each run of the Redis script (which still runs)."""
+    script = buckets._take
+    calls: list[object] = []
+
+    def counted(**kwargs: object) -> object:
+        calls.append(kwargs)
+        return script(**kwargs)
+
+    buckets._take = counted  # type: ignore[method-assign]
+    return calls
+
+
 def test_two_api_processes_draw_from_one_bucket(redis_url: str) -> None:
     first, second = RedisBuckets(redis_url), RedisBuckets(redis_url)  # as two processes would
     key, rate, burst = a_key(), 0.01, 3.0
@@ -36,14 +49,7 @@ def test_a_process_leases_a_few_tokens_at_a_time(redis_url: str) -> None:
     """At 100/s with a burst of 1,000 a lease is 10 tokens: ten requests, one round trip;
     the shared bucket is charged for the whole lease at once."""
     buckets, key = RedisBuckets(redis_url, lease_lifetime_s=3600), a_key()
-    script = buckets._take
-    calls: list[object] = []
-
-    def counted(**kwargs: object) -> object:
-        calls.append(kwargs)
-        return script(**kwargs)
-
-    buckets._take = counted  # type: ignore[method-assign]
+    calls = script_calls(buckets)
     assert [buckets.take(key, 100.0, 1000.0) for _ in range(10)] == [0.0] * 10
     assert len(calls) == 1
     assert buckets.take(key, 100.0, 1000.0) == 0.0
@@ -57,10 +63,12 @@ def test_a_process_leases_a_few_tokens_at_a_time(redis_url: str) -> None:
 
 def test_without_redis_this_process_still_limits(caplog: pytest.LogCaptureFixture) -> None:
     unreachable = RedisBuckets("redis://127.0.0.1:1/0")
+    calls = script_calls(unreachable)
     key = a_key()
     assert [unreachable.take(key, 0.01, 2.0) for _ in range(2)] == [0.0, 0.0]
     assert unreachable.take(key, 0.01, 2.0) > 0
     assert "rate limit from this process only" in caplog.text
+    assert len(calls) == 1  # the next requests did not wait on Redis again
 
 
 def test_the_deployment_picks_its_buckets(redis_url: str) -> None:
