@@ -35,11 +35,22 @@ def test_migrations_match_the_models_on_sqlite(tmp_path: Path) -> None:
     assert _diff(url) == []
 
 
-def test_downgrade_to_base_and_up_again(tmp_path: Path) -> None:
+def _down_and_up_again(url: str) -> None:
     from alembic import command
 
-    url = f"sqlite:///{tmp_path / 'roundtrip.db'}"
-    upgrade(url)
     command.downgrade(alembic_config(url), "base")
     upgrade(url)
     assert _diff(url) == []
+
+
+def test_downgrade_to_base_and_up_again(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'roundtrip.db'}"
+    upgrade(url)
+    _down_and_up_again(url)
+
+
+def test_downgrade_to_base_and_up_again_on_postgres() -> None:
+    """Also runs the steps that work outside a transaction there (CREATE INDEX
+    CONCURRENTLY)."""
+    with fresh_postgres_database() as url:
+        _down_and_up_again(url)

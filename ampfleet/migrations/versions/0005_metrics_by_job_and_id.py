@@ -18,9 +18,21 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+# On PostgreSQL the index is built CONCURRENTLY, outside a transaction: `metrics` is the
+# largest table, and a plain CREATE INDEX would hold off every metric write while it runs.
+
+
 def upgrade() -> None:
-    op.create_index("ix_metrics_job_id_id", "metrics", ["job_id", "id"], unique=False)
+    with op.get_context().autocommit_block():
+        op.create_index(
+            "ix_metrics_job_id_id",
+            "metrics",
+            ["job_id", "id"],
+            unique=False,
+            postgresql_concurrently=True,
+        )
 
 
 def downgrade() -> None:
-    op.drop_index("ix_metrics_job_id_id", table_name="metrics")
+    with op.get_context().autocommit_block():
+        op.drop_index("ix_metrics_job_id_id", table_name="metrics", postgresql_concurrently=True)
