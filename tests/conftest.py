@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from ampfleet.core.keys import Role, create_key
 from ampfleet.core.migrate import upgrade
 from ampfleet.core.settings import get_settings
 from tests.support.env import environment, fresh_postgres_database
+from tests.support.fleet import Fleet, FleetFactory, running_fleet
 from tests.support.services import ensure_services
 
 TABLES = (
@@ -145,3 +147,16 @@ def client(app: FastAPI, make_key: KeyFactory) -> Iterator[TestClient]:
     headers = {"Authorization": f"Bearer {make_key()}"}
     with TestClient(app, raise_server_exceptions=False, headers=headers) as test_client:
         yield test_client
+
+
+@pytest.fixture
+def make_fleet(tmp_path: Path) -> Iterator[FleetFactory]:
+    """Starts fleets of real processes; `backend` is "postgres+redis" or "embedded"."""
+    with ExitStack() as stack:
+        counter = iter(range(100))
+
+        def start(backend: str = "postgres+redis", **kwargs: object) -> Fleet:
+            root = tmp_path / f"fleet{next(counter)}"
+            return stack.enter_context(running_fleet(root, backend, **kwargs))
+
+        yield start

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -177,6 +177,9 @@ class Fleet:
 
     def events(self, job_id: str) -> list[dict[str, Any]]:
         return list(self.http.get(f"/v1/jobs/{job_id}/events").json()["items"])
+
+
+FleetFactory = Callable[..., Fleet]  # the make_fleet fixture (tests/conftest.py)
 
 
 def rank_processes(job_id: str) -> list[int]:
