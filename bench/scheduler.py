@@ -199,14 +199,7 @@ def drain(writer: Callable[[Session, snapshot.Snapshot, Decision], int]) -> tupl
         with session_scope() as session:
             now = utcnow()
             world = snapshot.load(session, settings, now)
-            decision = schedule(
-                world.requests,
-                world.nodes,
-                world.running,
-                world.usage,
-                world.policies,
-                now.timestamp(),
-            )
+            decision = world.decide()
             placed = writer(session, world, decision)
         seconds += time.perf_counter() - started
         total += placed

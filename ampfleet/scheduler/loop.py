@@ -25,7 +25,6 @@ from ampfleet.core.models import utcnow
 from ampfleet.core.settings import SCHEDULER_QUEUE, Settings, get_settings
 from ampfleet.scheduler import snapshot
 from ampfleet.scheduler.apply import apply
-from ampfleet.scheduler.placement import schedule
 from ampfleet.scheduler.reaper import reap
 
 log = logging.getLogger(__name__)
@@ -50,14 +49,7 @@ class Scheduler:
             now = utcnow()
             reap(session, self.settings, now)
             world = snapshot.load(session, self.settings, now)
-            decision = schedule(
-                world.requests,
-                world.nodes,
-                world.running,
-                world.usage,
-                world.policies,
-                now.timestamp(),
-            )
+            decision = world.decide()
             placed = apply(session, world, decision)
         with session_scope() as session:
             relay_outbox(session)

@@ -14,7 +14,7 @@ from ampfleet.core.models import Allocation, Job, Node, Project
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import PLACED_STATES, JobState
 from ampfleet.core.usage import usage_by_project
-from ampfleet.scheduler.placement import ProjectPolicy, RunningJob
+from ampfleet.scheduler.placement import Decision, ProjectPolicy, RunningJob, schedule
 
 MAX_QUEUED_PER_PASS = 20_000
 
@@ -42,6 +42,17 @@ class Snapshot:
     running: list[RunningJob]
     usage: dict[str, float]
     policies: dict[str, ProjectPolicy]
+
+    def decide(self) -> Decision:
+        """The pass's decision on this world: what to place, what waits and why."""
+        return schedule(
+            self.requests,
+            self.nodes,
+            self.running,
+            self.usage,
+            self.policies,
+            self.now.timestamp(),
+        )
 
 
 def load(session: Session, settings: Settings, now: datetime) -> Snapshot:

@@ -112,19 +112,11 @@ def test_committed_messages_go_out_after_a_crash_before_sending(make_fleet) -> N
         from ampfleet.core.settings import get_settings
         from ampfleet.scheduler import snapshot
         from ampfleet.scheduler.apply import apply
-        from ampfleet.scheduler.placement import schedule
 
         with session_scope() as session:
             now = utcnow()
             world = snapshot.load(session, get_settings(), now)
-            decision = schedule(
-                world.requests,
-                world.nodes,
-                world.running,
-                world.usage,
-                world.policies,
-                now.timestamp(),
-            )
+            decision = world.decide()
             assert apply(session, world, decision) == 1
     assert fleet.job(job["id"])["state"] == "SCHEDULED"
     unsent = select(func.count()).select_from(OutboxMessage).where(OutboxMessage.sent_at.is_(None))
