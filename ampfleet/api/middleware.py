@@ -8,6 +8,8 @@ from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ampfleet.api.errors import ErrorDetail, error_response
+
 
 class _BodyTooLargeError(Exception):
     pass
@@ -26,7 +28,7 @@ class BodySizeLimitMiddleware:
             return
         for name, value in scope.get("headers", []):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await self._reject(send)
+                await self._reject(scope, receive, send)
                 return
 
         received = 0
@@ -50,7 +52,7 @@ class BodySizeLimitMiddleware:
             if too_large:
                 if not replaced:
                     replaced = True
-                    await self._reject(send)
+                    await self._reject(scope, receive, send)
                 return
             await send(message)
 
@@ -58,30 +60,14 @@ class BodySizeLimitMiddleware:
             await self.app(scope, counting_receive, guarded_send)
         except _BodyTooLargeError:
             if not replaced:
-                await self._reject(send)
+                await self._reject(scope, receive, send)
 
-    async def _reject(self, send: Send) -> None:
-        body = json.dumps(
-            {
-                "error": {
-                    "code": "payload_too_large",
-                    "message": f"request body exceeds {self.max_bytes} bytes",
-                    "details": [],
-                }
-            }
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
+    async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
+        message = f"request body exceeds {self.max_bytes} bytes"
+        headers = {"connection": "close"}
+        await error_response(413, "payload_too_large", message, headers=headers)(
+            scope, receive, send
         )
-        await send({"type": "http.response.body", "body": body})
 
 
 def _nul_path(value: object, path: str) -> str | None:
@@ -114,12 +100,12 @@ class NulCharacterGuardMiddleware:
             await self.app(scope, receive, send)
             return
         if "\x00" in scope["path"]:
-            await _refuse(send, "path", "NUL characters are not allowed")
+            await _refuse(scope, receive, send, "path")
             return
         query = scope.get("query_string", b"").decode("latin-1")
         for name, value in parse_qsl(query, keep_blank_values=True):
             if "\x00" in name or "\x00" in value:
-                await _refuse(send, name.replace("\x00", ""), "NUL characters are not allowed")
+                await _refuse(scope, receive, send, name.replace("\x00", ""))
                 return
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
@@ -136,7 +122,7 @@ class NulCharacterGuardMiddleware:
                 field = _nul_path(json.loads(body), "") or "body"
             except ValueError:
                 field = "body"
-            await _refuse(send, field, "NUL characters are not allowed")
+            await _refuse(scope, receive, send, field)
             return
         replayed = False
 
@@ -150,24 +136,8 @@ class NulCharacterGuardMiddleware:
         await self.app(scope, replay, send)
 
 
-async def _refuse(send: Send, field: str, message: str) -> None:
-    body = json.dumps(
-        {
-            "error": {
-                "code": "validation_error",
-                "message": f"invalid request: {field}: {message}",
-                "details": [{"field": field, "message": message, "type": "nul_character"}],
-            }
-        }
-    ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 422,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+async def _refuse(scope: Scope, receive: Receive, send: Send, field: str) -> None:
+    message = "NUL characters are not allowed"
+    detail = ErrorDetail(field=field, message=message, type="nul_character")
+    summary = f"invalid request: {field}: {message}"
+    await error_response(422, "validation_error", summary, [detail])(scope, receive, send)
