@@ -22,6 +22,7 @@ from contextlib import contextmanager
 
 import httpx
 
+from ampfleet.api.observability import nearest_rank
 from tests.factories import job_spec
 from tests.support.env import fresh_postgres_database
 from tests.support.fleet import free_port
@@ -82,7 +83,7 @@ async def load(
         await asyncio.gather(*(loop() for _ in range(clients)))
         elapsed = time.perf_counter() - started
     latencies.sort()
-    return len(latencies) / elapsed, latencies[int(0.99 * (len(latencies) - 1))]
+    return len(latencies) / elapsed, nearest_rank(latencies, 0.99)
 
 
 def main() -> None:

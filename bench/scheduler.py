@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy import insert, update
 from sqlalchemy.orm import Session
 
+from ampfleet.api.observability import nearest_rank
 from ampfleet.core.db import session_scope
 from ampfleet.core.fleet import JobRequest, NodeView, matches
 from ampfleet.core.lifecycle import transition
@@ -262,7 +263,7 @@ def latency(samples: int) -> None:
                 waits.append(stamp(times["STARTING"]).timestamp() - started)
                 to_running.append(stamp(times["RUNNING"]).timestamp() - started)
             waits.sort()
-            p99 = waits[min(len(waits) - 1, int(0.99 * len(waits)))]
+            p99 = nearest_rank(waits, 0.99)
             print(
                 f"   {backend:15} p50 {statistics.median(waits) * 1000:6.0f} ms   "
                 f"p99 {p99 * 1000:6.0f} ms   (to RUNNING, ranks initialised: p50 "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import timedelta
 
 from sqlalchemy import func, select
@@ -72,6 +73,11 @@ class HttpMetrics:
 http_metrics = HttpMetrics()
 
 
+def nearest_rank(ordered: Sequence[float], quantile: float) -> float:
+    """The `quantile` of values already sorted, by nearest rank (no interpolation)."""
+    return ordered[min(int(quantile * len(ordered)), len(ordered) - 1)]
+
+
 def fleet_lines(session: Session, node_timeout_s: float) -> list[str]:
     now = utcnow()
     out = ["# HELP ampfleet_jobs Jobs by state.", "# TYPE ampfleet_jobs gauge"]
@@ -99,7 +105,7 @@ def fleet_lines(session: Session, node_timeout_s: float) -> list[str]:
         "# TYPE ampfleet_scheduling_latency_seconds summary",
     ]
     for quantile in (0.5, 0.9, 0.99):
-        value = waits[min(int(quantile * len(waits)), len(waits) - 1)] if waits else 0.0
+        value = nearest_rank(waits, quantile) if waits else 0.0
         out.append(f'ampfleet_scheduling_latency_seconds{{quantile="{quantile}"}} {value:.6f}')
     out.append(f"ampfleet_scheduling_latency_seconds_count {len(waits)}")
     out.append(f"ampfleet_scheduling_latency_seconds_sum {sum(waits):.6f}")
