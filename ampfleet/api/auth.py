@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated
 
-from fastapi import BackgroundTasks, Depends, Request, Security
+from fastapi import BackgroundTasks, Depends, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
@@ -66,7 +66,6 @@ class Principal:
 
 
 def current_principal(
-    request: Request,
     background: BackgroundTasks,
     session: SessionDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
@@ -88,18 +87,15 @@ def current_principal(
         )
     now = utcnow()
     if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
-        if request.method in ("GET", "HEAD"):
-            background.add_task(_note_use_apart, row.id, now)
-        else:
-            row.last_used_at = now  # written at most once a minute per key
+        background.add_task(_note_use_apart, row.id, now)  # at most once a minute per key
     return Principal(key_id=row.id, project=row.project, role=Role(row.role))
 
 
 def _note_use_apart(key_id: str, now: datetime) -> None:
-    """A read request's session stays read-only: on SQLite, turning its deferred read
-    transaction into a write fails at once (SQLITE_BUSY) whenever another writer got in
-    first. So the advisory last-used time goes in its own unit of work after the response,
-    and losing it to a busy database costs nothing but a stale timestamp."""
+    """The advisory last-used time, in its own unit of work after the response, for every
+    request alike: a read request's session must stay read-only (on SQLite, turning its
+    deferred read transaction into a write fails at once whenever another writer got in
+    first), and losing the write to a busy database costs only a stale timestamp."""
     try:
         with session_scope() as writer:
             writer.execute(update(ApiKey).where(ApiKey.id == key_id).values(last_used_at=now))
