@@ -14,7 +14,7 @@ import typer
 
 from ampfleet.cli_client import register as register_client_commands
 from ampfleet.core.logs import configure_logging
-from ampfleet.core.settings import get_settings
+from ampfleet.core.settings import ADMIN_KEY_FILE_NAME, get_settings
 
 
 def configure_logging_for(role: str) -> None:
@@ -63,7 +63,7 @@ def _ensure_admin_key_file() -> None:
     from ampfleet.core.keys import Role, create_key, has_active_admin
 
     settings = get_settings()
-    path = settings.data_dir / "admin.key"
+    path = settings.data_dir / ADMIN_KEY_FILE_NAME
     with session_scope() as session:
         if has_active_admin(session):
             return

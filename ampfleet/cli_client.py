@@ -1,6 +1,7 @@
 """`ampfleet submit|status|list|logs|cancel|metrics|keys`: the API from a shell, through the
 SDK. Every command takes `--url` and `--key` (defaults: AMPFLEET_URL, AMPFLEET_API_KEY, then
-`var/admin.key`). An error answer prints its message and offending fields, and exits 1."""
+the admin key file in AMPFLEET_DATA_DIR, `var/admin.key` by default). An error answer prints
+its message and offending fields, and exits 1."""
 
 from __future__ import annotations
 
@@ -44,7 +45,9 @@ Url = Annotated[
 ]
 Key = Annotated[
     str | None,
-    typer.Option("--key", help="API key [default: $AMPFLEET_API_KEY, else var/admin.key]"),
+    typer.Option(
+        "--key", help="API key [default: $AMPFLEET_API_KEY, else $AMPFLEET_DATA_DIR/admin.key]"
+    ),
 ]
 JobId = Annotated[str, typer.Argument(help="The job's id (job_...).", show_default=False)]
 PANEL = "Use the API"

@@ -13,6 +13,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 DEFAULT_SECRET = "development-only-secret"  # noqa: S105 - refused outside development
 
 
+# `ampfleet up` leaves the first admin key in this file of the data folder.
+ADMIN_KEY_FILE_NAME = "admin.key"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AMPFLEET_", env_file=".env", extra="ignore")
 

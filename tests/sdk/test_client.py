@@ -206,11 +206,12 @@ def test_error_answers_raise_typed_exceptions(fleet: Fleet, client: Client, tmp_
     assert from_file.value.fields == ["stop.max_steps"]
 
 
-def test_url_and_key_default_to_the_environment_then_var_admin_key(
+def test_url_and_key_default_to_the_environment_then_the_data_dirs_admin_key(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("AMPFLEET_URL", fleet.base_url)
     monkeypatch.delenv("AMPFLEET_API_KEY", raising=False)
+    monkeypatch.delenv("AMPFLEET_DATA_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
     with Client() as keyless, pytest.raises(Unauthorized):
         keyless.nodes()
@@ -219,6 +220,12 @@ def test_url_and_key_default_to_the_environment_then_var_admin_key(
     with Client() as from_file:
         assert (from_file.base_url, from_file.api_key) == (fleet.base_url, fleet.admin_key)
         assert from_file.nodes()
+    # A server with a data folder of its own leaves its key there; so the client looks there.
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "admin.key").write_text("amp_from_the_data_dir\n")
+    monkeypatch.setenv("AMPFLEET_DATA_DIR", str(tmp_path / "elsewhere"))
+    with Client() as from_data_dir:
+        assert from_data_dir.api_key == "amp_from_the_data_dir"
     monkeypatch.setenv("AMPFLEET_API_KEY", "amp_from_the_environment")
     with Client() as from_environment:
         assert from_environment.api_key == "amp_from_the_environment"
