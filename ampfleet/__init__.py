@@ -1,7 +1,8 @@
 """ampfleet: training-as-a-service backend.
 
 `from ampfleet import Client` (or `AsyncClient`) is the Python SDK; it is imported on first
-use, so the server processes, which import this package too, do not load it.
+use, so what imports this package without the CLI (training ranks, the API app under a
+plain uvicorn) does not load it. The `ampfleet` command does: its client commands use it.
 """
 
 from __future__ import annotations
