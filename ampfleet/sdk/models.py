@@ -53,6 +53,7 @@ class Job(ApiModel):
     updated_at: datetime
     name: str | None = None
     attempt: int = 0
+    gang_size: int = 1  # ranks, placed together
     queue: QueueInfo | None = None
     latest_metrics: dict[str, float] = Field(default_factory=dict)
     failure_reason: str | None = None

@@ -36,6 +36,13 @@ def test_submit_returns_202_with_location_and_resolved_defaults(client: TestClie
     ]
 
 
+def test_a_job_says_how_many_ranks_it_runs_whatever_its_shape(client: TestClient) -> None:
+    shaped = client.post("/v1/jobs", json=job_spec(resources={"nodes": 2, "procs_per_node": 3}))
+    total = client.post("/v1/jobs", json=job_spec(resources={"procs": 5}))
+    assert shaped.json()["gang_size"] == 6
+    assert client.get(f"/v1/jobs/{total.json()['id']}").json()["gang_size"] == 5
+
+
 def test_get_unknown_job_is_404_in_envelope(client: TestClient) -> None:
     for path in ("/v1/jobs/job_nope", "/v1/jobs/job_nope/events", "/v1/jobs/job_nope/metrics"):
         response = client.get(path)

@@ -51,6 +51,7 @@ class JobOut(BaseModel):
     state: JobState
     attempt: int = Field(description="Placements so far; a restart increments it.")
     priority: Priority
+    gang_size: int = Field(description="Ranks the job runs (all placed together).")
     progress: Progress
     queue: QueueInfo | None = Field(description="Present while the job waits in the queue.")
     latest_metrics: dict[str, float]

@@ -235,6 +235,7 @@ def to_out(job: Job, now: datetime | None = None) -> JobOut:
         )
         if job.state == JobState.QUEUED
         else None,
+        gang_size=job.gang_size,
         latest_metrics=job.latest_metrics or {},
         volume=Volume(
             metric_points=job.metric_points or 0,

@@ -35,7 +35,7 @@ function queueRow(job) {
     h("td", {}, h("a", { href: `#/jobs/${job.id}` }, job.name || job.id)),
     h("td", {}, job.project),
     h("td", {}, job.priority),
-    h("td", {}, `${(job.spec.resources?.nodes || 1) * (job.spec.resources?.procs_per_node || 1)}`),
+    h("td", {}, `${job.gang_size}`),
     h("td", { class: "pending-reason" }, q.pending_reason || "—"),
     h("td", {}, q.estimated_start_at ? `in ${duration((Date.parse(q.estimated_start_at) - Date.now()) / 1000)}` : "unknown"),
     h("td", {}, ageOf(job.created_at)));

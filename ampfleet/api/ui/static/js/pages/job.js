@@ -202,12 +202,11 @@ export function jobPage(ctx, jobId) {
       fill(ctx.view, head, h("p", { class: "muted", id: "job-missing" }, "This job could not be loaded."));
       return;
     }
-    const worldSize = (job.spec.resources?.nodes || 1) * (job.spec.resources?.procs_per_node || 1);
     fill(ctx.view,
       head,
       h("section", { class: "panel wide" }, summary, actions, progress),
       h("div", { class: "grid" }, panels, h("section", { class: "panel" }, h("h2", {}, "Timeline"), timeline)),
-      logsPanel(ctx, jobId, worldSize, !TERMINAL.has(job.state)));
+      logsPanel(ctx, jobId, job.gang_size, !TERMINAL.has(job.state)));
     drawSummary();
     drawTimeline();
     drawMetrics(charts, store, job);
