@@ -51,8 +51,7 @@ class _AsyncIo:
         if step.stream and response.is_success:
             self.stream, self.lines = response, response.aiter_lines()
         elif step.stream:
-            await response.aread()
-            await response.aclose()
+            await response.aread()  # the error body, for its message; reading it closes it
         return response
 
     async def close(self) -> None:
@@ -106,14 +105,14 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         io = _AsyncIo(self._http)
         try:
             while (step := stepper.next()) is not None:
-                if not isinstance(step, Item):
-                    try:
-                        stepper.answer(await io.perform(step))
-                    except httpx.TransportError as exc:
-                        await io.close()
-                        stepper.fail(exc)
+                if isinstance(step, Item):
+                    yield step.value
                     continue
-                yield step.value
+                try:
+                    stepper.answer(await io.perform(step))
+                except httpx.TransportError as exc:
+                    await io.close()
+                    stepper.fail(exc)
         finally:
             await io.close()
             stepper.flow.close()

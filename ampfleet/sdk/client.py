@@ -50,8 +50,7 @@ class _Io:
         if step.stream and response.is_success:
             self.stream, self.lines = response, response.iter_lines()
         elif step.stream:
-            response.read()
-            response.close()
+            response.read()  # the error body, for its message; reading it closes the stream
         return response
 
     def close(self) -> None:

@@ -132,10 +132,10 @@ class Operations:
     def list_jobs(
         self, state: States, project: str | None, limit: int | None, page_size: int
     ) -> IterFlow[Job]:
-        states, cursor, left = _states(state), None, limit
+        cursor, left = None, limit
         while left is None or left > 0:
             size = page_size if left is None else min(page_size, left)
-            page = yield from self.jobs_page(states, project, cursor, size)
+            page = yield from self.jobs_page(state, project, cursor, size)
             for job in page.items:
                 yield Item(job)
             left = None if left is None else left - len(page.items)
