@@ -28,7 +28,7 @@ export function setUnauthorizedHandler(handler) {
 }
 
 // The API lives one level above the console (/ui/ -> /), wherever the app is mounted.
-export function apiUrl(path) {
+function apiUrl(path) {
   return new URL(`..${path}`, document.baseURI).toString();
 }
 
@@ -94,7 +94,7 @@ const sleep = (ms, signal) =>
  * Reconnects after a dropped connection with Last-Event-ID, so nothing is lost or repeated;
  * stops at the `end` frame, at a client error (4xx other than 429), or when `signal` aborts.
  *
- * onFrame(event, data, id) gets each frame, its data parsed as JSON.
+ * onFrame(event, data) gets each frame, its data parsed as JSON.
  * onStatus(status, error) hears "connecting", "live", "reconnecting", "ended", "failed".
  */
 export async function follow(path, { onFrame, onStatus = () => {}, signal, lastEventId = null, retryMs = 1500 }) {
@@ -124,7 +124,7 @@ export async function follow(path, { onFrame, onStatus = () => {}, signal, lastE
         } catch {
           // leave it as text
         }
-        onFrame(frame.event, data, frame.id);
+        onFrame(frame.event, data);
         if (frame.event === "end") {
           ended = true;
           onStatus("ended");

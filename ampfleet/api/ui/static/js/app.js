@@ -64,7 +64,7 @@ function render() {
   whoami.textContent = key ? `key ${key.slice(0, 8)}…` : "";
   if (!key) {
     fill(view);
-    current.cleanup = loginPage(ctx, () => {
+    loginPage(ctx, () => {
       if (!/^#\/(jobs|fleet)/.test(location.hash)) location.hash = "#/jobs";
       else render();
     });

@@ -2,7 +2,7 @@
 import { num } from "./dom.js";
 
 const SVG = "http://www.w3.org/2000/svg";
-export const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777"];
+const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777"];
 const MAX_POINTS = 800; // per drawn line; more than a chart's width in pixels
 
 function s(tag, attrs = {}, text) {

@@ -3,7 +3,7 @@
 import { lineChart, stackedBars } from "../charts.js";
 import { bytes, fill, h, num } from "../dom.js";
 
-export const STEP_PHASES = [
+const STEP_PHASES = [
   { key: "time_data_s", label: "data", color: "#94a3b8" },
   { key: "time_forward_s", label: "forward", color: "#2563eb" },
   { key: "time_backward_s", label: "backward", color: "#7c3aed" },
@@ -13,10 +13,12 @@ export const STEP_PHASES = [
 const STEP_BARS = 60; // the latest logged steps drawn in the breakdown
 const HALF = new Set(["bf16", "fp16"]);
 
-/** Metric points by name and step; a step logged again (after a restart) replaces the old value. */
+/** Metric points by name and step; a step logged again (after a restart) replaces the old value.
+ * Each series is sorted once after it changes, not on every read: a draw reads several. */
 export class MetricStore {
   constructor() {
-    this.byName = new Map();
+    this.byName = new Map(); // name -> Map(step -> value)
+    this.sorted = new Map(); // name -> [[step, value], ...], dropped when the series changes
   }
 
   add(points) {
@@ -24,6 +26,7 @@ export class MetricStore {
       let series = this.byName.get(name);
       if (!series) this.byName.set(name, (series = new Map()));
       series.set(step, value);
+      this.sorted.delete(name);
     }
   }
 
@@ -32,8 +35,13 @@ export class MetricStore {
   }
 
   points(name) {
-    const series = this.byName.get(name);
-    return series ? [...series].sort((a, b) => a[0] - b[0]) : [];
+    let points = this.sorted.get(name);
+    if (!points) {
+      const series = this.byName.get(name);
+      points = series ? [...series].sort((a, b) => a[0] - b[0]) : [];
+      this.sorted.set(name, points);
+    }
+    return points;
   }
 
   last(name) {
