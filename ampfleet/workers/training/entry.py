@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from ampfleet.core.recipes import get_recipe
 from ampfleet.workers.rundir import RecordWriter, RunDir
+from ampfleet.workers.training.group import leave_process_group
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.precision import resolve_allreduce_dtype, resolve_precision
 from ampfleet.workers.training.task import RecipeContext
@@ -145,16 +146,17 @@ def main(argv: list[str]) -> int:
     run_dir = RunDir(Path(argv[1]))
     rank = int(os.environ["RANK"])
     capture_output(run_dir, rank)
+    completed = False
     try:
         run(run_dir, rank, int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
+        completed = True
         return 0
     except Exception as exc:
         write_failure(run_dir, rank, exc)
         traceback.print_exc()
         return 1
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        leave_process_group(completed=completed)
 
 
 if __name__ == "__main__":

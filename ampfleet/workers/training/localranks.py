@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing import spawn  # type: ignore[attr-defined]
 
+from ampfleet.workers.training.group import leave_process_group
+
 
 class RankFailedError(RuntimeError):
     pass
@@ -48,7 +50,7 @@ def _worker(  # spawn passes its arguments positionally
     except Exception as exc:
         result = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     finally:
-        dist.destroy_process_group()
+        leave_process_group(completed=result[0] == "ok")
     # torch.save + weights_only loading, not pickle: results are tensors, numbers, strings.
     torch.save(result, Path(out_dir) / f"rank{rank}.pt")
 

@@ -1,0 +1,22 @@
+"""Leaving a torch.distributed process group without pulling it from under a peer."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+
+import torch.distributed as dist
+
+
+def leave_process_group(*, completed: bool) -> None:
+    """Collect first: DDP and its communication hooks form reference cycles that hold the
+    group, and would otherwise be freed at interpreter exit, after the group is gone. After
+    a completed run, wait for every rank (a barrier), so that no rank closes its connections
+    while a peer still uses them; after a failure, do not wait: the peers may be gone."""
+    if not dist.is_initialized():
+        return
+    gc.collect()
+    if completed:
+        with contextlib.suppress(RuntimeError):  # a peer that died: leave all the same
+            dist.barrier()
+    dist.destroy_process_group()
