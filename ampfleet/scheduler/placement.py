@@ -46,6 +46,7 @@ __all__ = [
     "ProjectPolicy",
     "RunningJob",
     "fits_fleet",
+    "queue_key",
     "queue_order",
     "schedule",
 ]
@@ -120,13 +121,18 @@ _Rank = tuple[float, str, str]
 _Plan = list[tuple[int, int]]
 
 
+def queue_key(
+    job: JobRequest, usage: Mapping[str, float], policies: Mapping[str, ProjectPolicy]
+) -> tuple[int, float, str]:
+    """Sorts jobs into queue order: priority class, then weighted fair share, then FIFO."""
+    return -job.priority, _share(job.project, usage, policies), job.id
+
+
 def queue_order(
     jobs: Iterable[JobRequest], usage: Mapping[str, float], policies: Mapping[str, ProjectPolicy]
 ) -> list[JobRequest]:
     """The order a pass starts from; `schedule` then charges projects for what it places."""
-    return sorted(
-        jobs, key=lambda job: (-job.priority, _share(job.project, usage, policies), job.id)
-    )
+    return sorted(jobs, key=lambda job: queue_key(job, usage, policies))
 
 
 def schedule(

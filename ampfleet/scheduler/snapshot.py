@@ -92,10 +92,6 @@ def load(session: Session, settings: Settings, now: datetime) -> Snapshot:
         node_view(n, used.get(n.id, 0), now=now, timeout_s=settings.node_timeout_s)
         for n in node_rows
     ]
-    policies = {
-        p.name: ProjectPolicy(weight=p.weight, max_slots=p.max_slots, max_jobs=p.max_running_jobs)
-        for p in session.scalars(select(Project))
-    }
     return Snapshot(
         now=now,
         requests=requests,
@@ -105,8 +101,16 @@ def load(session: Session, settings: Settings, now: datetime) -> Snapshot:
         node_queues={n.id: n.queue for n in node_rows},
         running=_running(session, now),
         usage=usage_by_project(session, settings.fair_share_window_s),
-        policies=policies,
+        policies=project_policies(session),
     )
+
+
+def project_policies(session: Session) -> dict[str, ProjectPolicy]:
+    """Every project with a row; the others get `ProjectPolicy()`'s defaults."""
+    return {
+        p.name: ProjectPolicy(weight=p.weight, max_slots=p.max_slots, max_jobs=p.max_running_jobs)
+        for p in session.scalars(select(Project))
+    }
 
 
 def _running(session: Session, now: datetime) -> list[RunningJob]:
