@@ -16,6 +16,7 @@ from ampfleet.api.middleware import BodySizeLimitMiddleware, NulCharacterGuardMi
 from ampfleet.api.middleware_request import RequestContextMiddleware
 from ampfleet.api.nodes.router import router as nodes_router
 from ampfleet.api.projects.router import router as projects_router
+from ampfleet.api.queue.router import router as queue_router
 from ampfleet.api.ui.router import mount_console
 from ampfleet.api.webhooks.router import router as webhooks_router
 from ampfleet.core.db import get_read_sessionmaker, get_sessionmaker
@@ -52,6 +53,7 @@ def create_app() -> FastAPI:
     app.include_router(metrics_router)
     app.include_router(logs_router)
     app.include_router(nodes_router)
+    app.include_router(queue_router)
     app.include_router(projects_router)
     app.include_router(keys_router)
     app.include_router(webhooks_router)

@@ -1,0 +1,1 @@
+"""The queue: every queued job in the order the scheduler considers them."""
