@@ -26,6 +26,7 @@ from ampfleet.sdk.errors import (
 from ampfleet.sdk.models import (
     CreatedKey,
     Event,
+    EventPage,
     Job,
     JobFrame,
     JobPage,
@@ -44,7 +45,6 @@ States = JobState | str | Iterable[JobState | str] | None
 Role = Literal["admin", "write", "read"]
 EVENTS_PAGE = 1000
 LOGS_PAGE = 1000
-_events = TypeAdapter(list[Event])
 _nodes = TypeAdapter(list[Node])
 _keys = TypeAdapter(list[Key])
 
@@ -173,11 +173,11 @@ class Operations:
         while True:
             params = query(after=after, limit=EVENTS_PAGE)
             response = yield from self.send(Request("GET", _job(job_id, "/events"), params))
-            page = _events.validate_python(response.json()["items"])
-            events += page
-            if len(page) < EVENTS_PAGE:
+            page = EventPage.model_validate_json(response.content)
+            events += page.items
+            if page.next_after is None:
                 return events
-            after = page[-1].id
+            after = page.next_after
 
     def _opener(self, path: str, params: Query) -> Callable[[str | None], Flow[httpx.Response]]:
         def open_stream(last_event_id: str | None) -> Flow[httpx.Response]:

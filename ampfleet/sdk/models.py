@@ -87,6 +87,11 @@ class Event(ApiModel):
     to_state: JobState | None = None
 
 
+class EventPage(ApiModel):
+    items: list[Event]
+    next_after: int | None = None  # the `after` of the next page; None on the last
+
+
 class LogLine(ApiModel):
     """A line a rank wrote; `id` orders the lines of a job (pass it on to go on after it)."""
 

@@ -66,6 +66,23 @@ def test_list_is_newest_first_with_cursor_pagination(client: TestClient) -> None
     assert seen == list(reversed(ids))
 
 
+def test_events_page_on_with_next_after_until_it_is_null(client: TestClient) -> None:
+    job_id = submit(client, priority="low")["id"]
+    for priority in ("high", "normal", "low"):  # submitted + 3 priority changes: 4 events
+        assert client.patch(f"/v1/jobs/{job_id}", json={"priority": priority}).status_code == 200
+    everything = client.get(f"/v1/jobs/{job_id}/events").json()
+    assert len(everything["items"]) == 4
+    assert everything["next_after"] is None  # fewer than the limit: nothing after this page
+    pages, after = [], 0
+    while after is not None:
+        page = client.get(f"/v1/jobs/{job_id}/events", params={"after": after, "limit": 3})
+        pages.append([e["id"] for e in page.json()["items"]])
+        after = page.json()["next_after"]
+        if after is not None:
+            assert after == pages[-1][-1]  # the last id of a full page
+    assert pages == [[e["id"] for e in everything["items"][:3]], [everything["items"][3]["id"]]]
+
+
 def test_list_filters_by_state(client: TestClient) -> None:
     queued = submit(client)["id"]
     cancelled = submit(client)["id"]

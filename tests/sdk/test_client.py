@@ -27,6 +27,7 @@ from ampfleet.sdk import (
     Unauthorized,
     ValidationFailed,
     WaitTimeout,
+    flows,
 )
 from tests.factories import job_spec
 from tests.sdk.cutting_proxy import CuttingProxy
@@ -152,6 +153,18 @@ def test_set_priority_then_cancel(client: Client) -> None:
         client.cancel(queued.id)
     with pytest.raises(Conflict):
         client.set_priority(queued.id, Priority.LOW)
+
+
+def test_events_go_through_every_page(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    queued = client.submit({**parked("event-pages"), "priority": "low"})
+    for priority in ("high", "normal", "low", "high"):  # submitted + 4 changes: 5 events
+        client.set_priority(queued.id, priority)
+    monkeypatch.setattr(flows, "EVENTS_PAGE", 2)  # 3 pages, the last one not full
+    events = client.events(queued.id)
+    assert [e.reason for e in events] == ["submitted", *["priority_changed"] * 4]
+    assert [e.id for e in events] == sorted({e.id for e in events})
+    assert client.events(queued.id, after=events[1].id) == events[2:]
+    client.cancel(queued.id)
 
 
 def test_metrics_series_and_downsampling(client: Client, job: Job) -> None:

@@ -152,7 +152,10 @@ def job_events(
         session.close()  # the stream reads with sessions of its own, for as long as it lasts
         return streaming_response(stream_job(job_id, last_event_id, get_settings().stream_poll_s))
     events = repository.events(session, job_id, after, limit)
-    return EventList(items=[EventOut.model_validate(e, from_attributes=True) for e in events])
+    return EventList(
+        items=[EventOut.model_validate(e, from_attributes=True) for e in events],
+        next_after=events[-1].id if len(events) == limit else None,
+    )
 
 
 def _encode_cursor(job_id: str) -> str:

@@ -93,3 +93,6 @@ class EventOut(BaseModel):
 
 class EventList(BaseModel):
     items: list[EventOut]
+    next_after: int | None = Field(
+        description="Pass as `after` for the next page; null when this page was not full."
+    )
