@@ -305,7 +305,7 @@ def metrics(
     """A summary of each metric series; with --plot, their curves."""
     wanted = names or (None if plot is None else "loss")
     with _client(url, key) as client:
-        series = client.metrics(job_id, names=wanted, max_points=max_points)
+        series = client.metrics(job_id, names=wanted, max_points=max_points).series
     console = _stdout()
     if not series:
         console.print(f"no metrics for {job_id}" + (f" named {wanted}" if wanted else ""))

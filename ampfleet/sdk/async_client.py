@@ -158,7 +158,7 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
 
     async def metrics(
         self, job_id: str, names: str | Iterable[str] | None = None, max_points: int | None = None
-    ) -> list[models.MetricSeries]:
+    ) -> models.JobMetrics:
         return await self._run(self._ops.metrics(job_id, names, max_points))
 
     def logs(

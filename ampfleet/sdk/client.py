@@ -153,8 +153,15 @@ class Client(ClientBase[httpx.Client]):
 
     def metrics(
         self, job_id: str, names: str | Iterable[str] | None = None, max_points: int | None = None
-    ) -> list[models.MetricSeries]:
-        """Each series (all, or `names`), downsampled by the server to `max_points`."""
+    ) -> models.JobMetrics:
+        """Each series (all, or `names`) in `.series`, downsampled by the server to
+        `max_points`. To follow the job live from there, without these points again:
+
+            events = client.events(job_id)
+            history = client.metrics(job_id)
+            cursor = history.stream_cursor(events[-1].id if events else 0)
+            for frame in client.stream_events(job_id, last_event_id=cursor): ...
+        """
         return self._run(self._ops.metrics(job_id, names, max_points))
 
     def logs(

@@ -29,12 +29,11 @@ from ampfleet.sdk.models import (
     EventPage,
     Job,
     JobFrame,
+    JobMetrics,
     JobPage,
     Key,
     LogLine,
     LogPage,
-    MetricSeries,
-    MetricsPage,
     Node,
 )
 from ampfleet.sdk.protocol import Flow, Item, IterFlow, Query, Request, Sleep, query
@@ -194,11 +193,11 @@ class Operations:
 
     def metrics(
         self, job_id: str, names: str | Iterable[str] | None, max_points: int | None
-    ) -> Flow[list[MetricSeries]]:
+    ) -> Flow[JobMetrics]:
         wanted = names if isinstance(names, str) or names is None else ",".join(names)
         params = query(names=wanted, max_points=max_points)
         response = yield from self.send(Request("GET", _job(job_id, "/metrics"), params))
-        return MetricsPage.model_validate_json(response.content).series
+        return JobMetrics.model_validate_json(response.content)
 
     def logs(
         self, job_id: str, rank: int | None, tail: int | None, follow: bool

@@ -145,10 +145,18 @@ class MetricSeries(ApiModel):
         return [p.value for p in self.points]
 
 
-class MetricsPage(ApiModel):
+class JobMetrics(ApiModel):
+    """A job's metric series, and `last_metric_id`: the newest point they cover, where a
+    live stream can take over (`stream_cursor`) without sending these points again."""
+
     job_id: str
     series: list[MetricSeries]
-    last_metric_id: int = 0  # follow from here: Last-Event-ID "<event id>:<last_metric_id>"
+    last_metric_id: int = 0
+
+    def stream_cursor(self, last_event_id: int) -> str:
+        """The `last_event_id` for `stream_events` that goes on after the event with id
+        `last_event_id` (the newest you have, 0 for none) and after these points."""
+        return f"{last_event_id}:{self.last_metric_id}"
 
 
 class Node(ApiModel):

@@ -21,6 +21,7 @@ from ampfleet.sdk import (
     JobFrame,
     MetricsFrame,
     NotFound,
+    ProgressFrame,
     RateLimited,
     SpecError,
     StateFrame,
@@ -169,18 +170,37 @@ def test_events_go_through_every_page(client: Client, monkeypatch: pytest.Monkey
 
 def test_metrics_series_and_downsampling(client: Client, job: Job) -> None:
     client.wait(job.id, timeout=180)
-    series = {s.name: s for s in client.metrics(job.id, names=["loss", "val_accuracy"])}
+    history = client.metrics(job.id, names=["loss", "val_accuracy"])
+    assert history.job_id == job.id
+    series = {s.name: s for s in history.series}
     assert set(series) == {"loss", "val_accuracy"}
     loss = series["loss"]
     assert loss.steps == list(range(1, STEPS + 1))
     assert not loss.downsampled
     assert loss.summary.goal == "min"
     assert series["val_accuracy"].summary.goal == "max"
-    (coarse,) = client.metrics(job.id, names="loss", max_points=10)
+    (coarse,) = client.metrics(job.id, names="loss", max_points=10).series
     assert coarse.downsampled
     assert len(coarse.points) <= 10
     assert all(p.min is not None and p.max is not None for p in coarse.points)
     assert coarse.summary == loss.summary
+
+
+def test_the_stream_takes_over_from_the_metrics_history(client: Client, job: Job) -> None:
+    client.wait(job.id, timeout=180)
+    history = client.metrics(job.id)
+    assert history.last_metric_id > 0
+    assert history.stream_cursor(7) == f"7:{history.last_metric_id}"
+    # From no event on: every state change again, but not one of the points already read.
+    replayed = list(client.stream_events(job.id, last_event_id=history.stream_cursor(0)))
+    assert [f.event.to_state for f in replayed if isinstance(f, StateFrame)] == TRANSITIONS
+    assert not [f for f in replayed if isinstance(f, MetricsFrame)]
+    # From the last listed event on: nothing is left to send but where the job stands.
+    cursor = history.stream_cursor(client.events(job.id)[-1].id)
+    rest = list(client.stream_events(job.id, last_event_id=cursor))
+    assert [type(f) for f in rest] == [ProgressFrame, EndFrame]
+    # Without a cursor the stream starts at the beginning, points included.
+    assert any(isinstance(f, MetricsFrame) for f in client.stream_events(job.id))
 
 
 def test_stream_resumes_by_itself_after_the_connection_drops(
@@ -278,7 +298,9 @@ def test_async_client_has_the_same_surface(fleet: Fleet, client: Client, job: Jo
             check_frames(first + rest)
             lines = [line.id async for line in aclient.logs(job.id, follow=True)]
             assert lines == [line.id for line in client.logs(job.id)]
-            assert await aclient.metrics(job.id, "loss") == client.metrics(job.id, "loss")
+            history = await aclient.metrics(job.id, "loss")
+            assert history == client.metrics(job.id, "loss")
+            assert history.last_metric_id > 0
 
             queued = await aclient.submit(parked("async"), idempotency_key="async-1")
             again = await aclient.submit(parked("async"), idempotency_key="async-1")
