@@ -18,6 +18,8 @@ from pydantic import BaseModel, Field
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ampfleet.core.validation import describe_invalid, dotted
+
 log = logging.getLogger(__name__)
 
 
@@ -96,20 +98,14 @@ def error_response(
     return JSONResponse(body.model_dump(mode="json"), status_code=status_code, headers=headers)
 
 
-def _field_path(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc]
+def _request_field(error: Mapping[str, Any]) -> str:
+    """The offending field without the part of the request it came in (`body.a.b` is `a.b`)."""
+    if error["type"] == "json_invalid":
+        return "body"
+    parts = [str(p) for p in error.get("loc", ())]
     if parts and parts[0] in ("body", "query", "path", "header"):
         parts = parts[1:] or parts[:1]
-    return ".".join(parts)
-
-
-def _validation_details(exc: RequestValidationError) -> list[ErrorDetail]:
-    details = []
-    for error in exc.errors():
-        loc = tuple(error.get("loc", ()))
-        field = "body" if error.get("type") == "json_invalid" else _field_path(loc)
-        details.append(ErrorDetail(field=field, message=error["msg"], type=error.get("type")))
-    return details
+    return dotted(parts)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -122,9 +118,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        details = _validation_details(exc)
-        summary = "; ".join(f"{d.field}: {d.message}" for d in details[:5])
-        return error_response(422, "validation_error", f"invalid request: {summary}", details)
+        message, details = describe_invalid("request", exc.errors(), ErrorDetail, _request_field)
+        return error_response(422, "validation_error", message, details)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -16,6 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from ampfleet.core.spec import JobSpec, Priority
 from ampfleet.core.states import JobState
+from ampfleet.core.validation import describe_invalid, dotted
 from ampfleet.sdk.errors import (
     ErrorDetail,
     RateLimited,
@@ -66,12 +67,12 @@ def load_spec(spec: SpecInput) -> JobSpec:
     try:
         return JobSpec.model_validate(spec)
     except ValidationError as exc:
-        details = [
-            ErrorDetail(".".join(str(p) for p in e["loc"]) or "spec", e["msg"], e["type"])
-            for e in exc.errors()
-        ]
-        summary = "; ".join(f"{d.field}: {d.message}" for d in details[:5])
-        raise SpecError(422, "validation_error", f"invalid job spec: {summary}", details) from None
+        message, details = describe_invalid("job spec", exc.errors(), ErrorDetail, _spec_field)
+        raise SpecError(422, "validation_error", message, details) from None
+
+
+def _spec_field(error: Mapping[str, Any]) -> str:
+    return dotted(error["loc"]) or "spec"  # a model-level error has no field of its own
 
 
 def _states(state: States) -> list[str]:

@@ -7,6 +7,8 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
+from ampfleet.sdk.errors import SpecError
+from ampfleet.sdk.flows import load_spec
 from tests.factories import job_spec, row_counts
 
 
@@ -59,6 +61,32 @@ def test_bad_spec_is_refused_naming_the_field(client: TestClient, spec: dict, fi
     error = assert_envelope(response.json(), "validation_error")
     assert field in fields(error)
     assert row_counts() == before
+
+
+def test_the_api_and_the_sdk_state_a_bad_spec_in_the_same_words(client: TestClient) -> None:
+    spec = job_spec(
+        name="../x",
+        resources={"nodes": 0, "procs_per_node": 0},
+        precision="fp8",
+        allreduce_dtype="int4",
+        stop={"max_steps": 0},
+    )
+    answer = client.post("/v1/jobs", json=spec).json()["error"]
+    with pytest.raises(SpecError) as refused_locally:
+        load_spec(spec)
+    local = refused_locally.value
+    assert [(d.field, d.message, d.type) for d in local.details] == [
+        (d["field"], d["message"], d["type"]) for d in answer["details"]
+    ]
+    assert len(answer["details"]) == 6  # every one in the details, the first five summed up
+    summary = "; ".join(f"{d['field']}: {d['message']}" for d in answer["details"][:5])
+    assert answer["message"] == f"invalid request: {summary}"
+    assert local.message == f"invalid job spec: {summary}"
+    bad_hyperparameters = job_spec(hyperparameters={"learning_rate": "fast", "momentum": 0.9})
+    hyperparameters = client.post("/v1/jobs", json=bad_hyperparameters).json()["error"]
+    assert fields(hyperparameters) == {"hyperparameters.learning_rate", "hyperparameters.momentum"}
+    summary = "; ".join(f"{d['field']}: {d['message']}" for d in hyperparameters["details"])
+    assert hyperparameters["message"] == f"invalid hyperparameters: {summary}"
 
 
 def test_malformed_json_is_refused(client: TestClient) -> None:

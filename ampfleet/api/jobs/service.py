@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +30,7 @@ from ampfleet.core.models import Job, JobEvent, Project
 from ampfleet.core.recipes import UnknownRecipeError, get_recipe
 from ampfleet.core.spec import JobSpec, Precision, Priority
 from ampfleet.core.states import JobState
+from ampfleet.core.validation import describe_invalid, dotted
 
 
 def resolve(spec: JobSpec) -> dict[str, Any]:
@@ -40,19 +42,17 @@ def resolve(spec: JobSpec) -> dict[str, Any]:
     try:
         hyperparameters = recipe.hyperparameters.model_validate(spec.hyperparameters)
     except ValidationError as exc:
-        details = [
-            ErrorDetail(
-                field=".".join(["hyperparameters", *(str(p) for p in e["loc"])]),
-                message=e["msg"],
-                type=e["type"],
-            )
-            for e in exc.errors()
-        ]
-        summary = "; ".join(f"{d.field}: {d.message}" for d in details[:5])
-        raise UnprocessableError(f"invalid hyperparameters: {summary}", details) from None
+        message, details = describe_invalid(
+            "hyperparameters", exc.errors(), ErrorDetail, _hyperparameter_field
+        )
+        raise UnprocessableError(message, details) from None
     resolved = spec.model_dump(mode="json")
     resolved["hyperparameters"] = hyperparameters.model_dump(mode="json")
     return resolved
+
+
+def _hyperparameter_field(error: Mapping[str, Any]) -> str:
+    return dotted(("hyperparameters", *error["loc"]))
 
 
 def request_fingerprint(spec: JobSpec) -> str:
