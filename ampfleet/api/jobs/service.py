@@ -209,14 +209,31 @@ def cancel(session: Session, job_id: str, principal: Principal) -> Job:
     return job
 
 
+def eta_seconds(job: Job, now: datetime) -> float | None:
+    """From the pace since the run started; only while it runs and has stepped."""
+    total = job.total_steps
+    if job.started_at and total and 0 < job.step < total and job.state == JobState.RUNNING:
+        elapsed = (now - job.started_at).total_seconds()
+        return elapsed / job.step * (total - job.step)
+    return None
+
+
+def queue_info(job: Job) -> QueueInfo | None:
+    """Why the job waits, while it is queued."""
+    if job.state != JobState.QUEUED:
+        return None
+    return QueueInfo(
+        position=job.queue_position,
+        pending_reason=job.pending_reason,
+        estimated_start_at=job.estimated_start_at,
+        not_before=job.not_before,
+    )
+
+
 def to_out(job: Job, now: datetime | None = None) -> JobOut:
     now = now or datetime.now(UTC)
     total = job.total_steps
     fraction = min(job.step / total, 1.0) if total else None
-    eta = None
-    if job.started_at and total and 0 < job.step < total and job.state == JobState.RUNNING:
-        elapsed = (now - job.started_at).total_seconds()
-        eta = elapsed / job.step * (total - job.step)
     resolved = job.resolved
     return JobOut(
         id=job.id,
@@ -226,15 +243,10 @@ def to_out(job: Job, now: datetime | None = None) -> JobOut:
         state=JobState(job.state),
         attempt=job.attempt,
         priority=Priority(resolved["priority"]),
-        progress=Progress(step=job.step, total_steps=total, fraction=fraction, eta_seconds=eta),
-        queue=QueueInfo(
-            position=job.queue_position,
-            pending_reason=job.pending_reason,
-            estimated_start_at=job.estimated_start_at,
-            not_before=job.not_before,
-        )
-        if job.state == JobState.QUEUED
-        else None,
+        progress=Progress(
+            step=job.step, total_steps=total, fraction=fraction, eta_seconds=eta_seconds(job, now)
+        ),
+        queue=queue_info(job),
         gang_size=job.gang_size,
         latest_metrics=job.latest_metrics or {},
         volume=Volume(

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 
 from ampfleet.api.errors import UnprocessableError
-from ampfleet.api.jobs import repository
-from ampfleet.api.jobs.schemas import EventOut
+from ampfleet.api.jobs import repository, service
+from ampfleet.api.jobs.schemas import EventOut, QueueInfo
 from ampfleet.api.streaming import frame, poll_stream
 from ampfleet.core.db import get_read_sessionmaker
 from ampfleet.core.models import Job, Metric
@@ -47,7 +48,7 @@ class JobStream:
     def __init__(self, job_id: str, cursor: Cursor) -> None:
         self.job_id = job_id
         self.cursor = cursor
-        self.progress: tuple[int, int | None, str] | None = None
+        self.progress: tuple[int, int | None, str, QueueInfo | None] | None = None
 
     def step(self) -> tuple[list[bytes], bool]:
         with get_read_sessionmaker()() as session:
@@ -78,7 +79,9 @@ class JobStream:
                 self.cursor.metric_id = metrics[-1].id
                 points = [{"step": m.step, "name": m.name, "value": m.value} for m in metrics]
                 frames.append(frame("metrics", {"points": points}, str(self.cursor)))
-            progress = (job.step, job.total_steps, job.state)
+            queue = service.queue_info(job)
+            # The ETA moves with the clock, so it rides along with a change instead of being one.
+            progress = (job.step, job.total_steps, job.state, queue)
             if progress != self.progress:
                 self.progress = progress
                 frames.append(
@@ -89,6 +92,9 @@ class JobStream:
                             "step": job.step,
                             "total_steps": job.total_steps,
                             "latest_metrics": job.latest_metrics,
+                            # What GET /v1/jobs/{id} answers, so a follower need not poll it.
+                            "eta_seconds": service.eta_seconds(job, datetime.now(UTC)),
+                            "queue": queue.model_dump(mode="json") if queue else None,
                         },
                         str(self.cursor),
                     )
