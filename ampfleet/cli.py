@@ -9,11 +9,13 @@ import subprocess
 import sys
 import time
 from types import FrameType
+from typing import Annotated
 
 import typer
 
 from ampfleet.cli_client import register as register_client_commands
 from ampfleet.core.logs import configure_logging
+from ampfleet.core.roles import Role
 from ampfleet.core.settings import ADMIN_KEY_FILE_NAME, get_settings
 
 
@@ -37,19 +39,19 @@ def migrate() -> None:
 
 @app.command("bootstrap-key")
 def bootstrap_key(
-    project: str = typer.Option("default", help="Project the key belongs to."),
-    role: str = typer.Option("admin", help="admin, write or read."),
-    name: str = typer.Option("bootstrap", help="A label for the key."),
+    project: Annotated[str, typer.Option(help="Project the key belongs to.")] = "default",
+    role: Annotated[Role, typer.Option(help="What the key may do.")] = Role.ADMIN,
+    name: Annotated[str, typer.Option(help="A label for the key.")] = "bootstrap",
 ) -> None:
     """Create an API key directly in the database and print it (first admin key, scripts)."""
     from ampfleet.core.db import session_scope
-    from ampfleet.core.keys import Role, create_key
+    from ampfleet.core.keys import create_key
 
     with session_scope() as session:
         _, key = create_key(
             session,
             project=project,
-            role=Role(role),
+            role=role,
             name=name,
             pepper=get_settings().secret_key,
         )
@@ -60,7 +62,7 @@ def _ensure_admin_key_file() -> None:
     """First start of an all-in-one install: make an admin key and leave it in the data
     folder (readable by its owner only), so the quickstart has a key to use."""
     from ampfleet.core.db import session_scope
-    from ampfleet.core.keys import Role, create_key, has_active_admin
+    from ampfleet.core.keys import create_key, has_active_admin
 
     settings = get_settings()
     path = settings.data_dir / ADMIN_KEY_FILE_NAME

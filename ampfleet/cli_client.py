@@ -24,6 +24,7 @@ from rich.progress import (
 from rich.table import Table
 
 from ampfleet import cli_plot
+from ampfleet.core.roles import Role
 from ampfleet.core.states import JobState
 from ampfleet.sdk import (
     ApiError,
@@ -37,7 +38,6 @@ from ampfleet.sdk import (
     StateFrame,
     Unauthorized,
 )
-from ampfleet.sdk.flows import Role
 
 Url = Annotated[
     str | None,
@@ -333,7 +333,7 @@ def _save_png(series: list[MetricSeries], path: Path, title: str) -> None:
 
 @keys_app.command("create")
 def create_key(
-    role: Annotated[Role, typer.Option(help="What the key may do.")] = "write",
+    role: Annotated[Role, typer.Option(help="What the key may do.")] = Role.WRITE,
     name: Annotated[str, typer.Option(help="A label for the key.")] = "",
     project: Annotated[
         str | None, typer.Option(help="[default: the project of the key in use]")

@@ -14,8 +14,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from ampfleet.core.db import get_engine, session_scope
-from ampfleet.core.keys import Role, create_key
+from ampfleet.core.keys import create_key
 from ampfleet.core.migrate import upgrade
+from ampfleet.core.roles import Role
 from ampfleet.core.settings import get_settings
 from tests.support.env import environment, fresh_postgres_database
 from tests.support.fleet import Fleet, FleetFactory, running_fleet

@@ -20,8 +20,9 @@ from ampfleet.api.errors import (
 )
 from ampfleet.api.ratelimit import buckets_for
 from ampfleet.core.db import session_scope
-from ampfleet.core.keys import Role, verify
+from ampfleet.core.keys import verify
 from ampfleet.core.models import ApiKey, utcnow
+from ampfleet.core.roles import Role
 from ampfleet.core.settings import get_settings
 
 bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer amp_...`")

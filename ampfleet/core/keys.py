@@ -7,19 +7,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from enum import StrEnum
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ampfleet.core.ids import new_id
 from ampfleet.core.models import ApiKey, utcnow
-
-
-class Role(StrEnum):
-    ADMIN = "admin"  # every project, nodes, quotas, keys
-    WRITE = "write"  # its project: submit, cancel, change priority, keys of its project
-    READ = "read"  # its project: look only
+from ampfleet.core.roles import Role
 
 
 def _hash(secret: str, pepper: str) -> str:

@@ -20,10 +20,11 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 
+from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
 from ampfleet.sdk import models
 from ampfleet.sdk.base import ClientBase
-from ampfleet.sdk.flows import Role, SpecInput, States
+from ampfleet.sdk.flows import SpecInput, States
 from ampfleet.sdk.protocol import Flow, Item, IterFlow, ReadLine, Sleep, Step, Stepper
 
 T = TypeVar("T")
@@ -67,7 +68,7 @@ class AsyncKeys:
         self._client = client
 
     async def create(
-        self, role: Role = "write", name: str = "", project: str | None = None
+        self, role: Role | str = Role.WRITE, name: str = "", project: str | None = None
     ) -> models.CreatedKey:
         return await self._client._run(self._client._ops.create_key(role, name, project))
 

@@ -19,10 +19,11 @@ from typing import Any, TypeVar
 
 import httpx
 
+from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
 from ampfleet.sdk import models
 from ampfleet.sdk.base import ClientBase
-from ampfleet.sdk.flows import Role, SpecInput, States
+from ampfleet.sdk.flows import SpecInput, States
 from ampfleet.sdk.protocol import Flow, Item, IterFlow, ReadLine, Sleep, Step, Stepper
 
 T = TypeVar("T")
@@ -190,7 +191,7 @@ class Keys:
         self._client = client
 
     def create(
-        self, role: Role = "write", name: str = "", project: str | None = None
+        self, role: Role | str = Role.WRITE, name: str = "", project: str | None = None
     ) -> models.CreatedKey:
         """A new key; its secret (`.key`) is shown this once."""
         return self._client._run(self._client._ops.create_key(role, name, project))

@@ -7,13 +7,14 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
+from ampfleet.core.roles import Role
 from ampfleet.core.spec import JobSpec, Priority
 from ampfleet.core.states import JobState
 from ampfleet.core.validation import describe_invalid, dotted
@@ -42,7 +43,6 @@ from ampfleet.sdk.streams import SSE_MEDIA_TYPE, JobFrames, log_lines, resumable
 
 SpecInput = JobSpec | Mapping[str, Any] | str | os.PathLike[str]
 States = JobState | str | Iterable[JobState | str] | None
-Role = Literal["admin", "write", "read"]
 EVENTS_PAGE = 1000
 LOGS_PAGE = 1000
 _nodes = TypeAdapter(list[Node])
@@ -227,8 +227,8 @@ class Operations:
         response = yield from self.send(Request("GET", "/v1/nodes"))
         return _nodes.validate_python(response.json()["items"])
 
-    def create_key(self, role: Role, name: str, project: str | None) -> Flow[CreatedKey]:
-        body = {"role": role, "name": name, **({"project": project} if project else {})}
+    def create_key(self, role: Role | str, name: str, project: str | None) -> Flow[CreatedKey]:
+        body = {"role": Role(role).value, "name": name, **({"project": project} if project else {})}
         response = yield from self.send(Request("POST", "/v1/keys", json=body))
         return CreatedKey.model_validate_json(response.content)
 

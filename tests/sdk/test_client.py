@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ampfleet import AsyncClient, Client
+from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
 from ampfleet.core.states import JobState
 from ampfleet.sdk import (
@@ -265,8 +266,10 @@ def test_url_and_key_default_to_the_environment_then_the_data_dirs_admin_key(
 
 
 def test_keys_create_list_revoke_and_nodes(fleet: Fleet, client: Client) -> None:
-    created = client.keys.create(role="read", name="sdk-reader")
+    created = client.keys.create(role=Role.READ, name="sdk-reader")  # or "read", as below
     assert created.key.startswith("amp_")
+    with pytest.raises(ValueError, match="superuser"):
+        client.keys.create(role="superuser")  # refused before any request
     # Each write is committed before its answer, so the next request sees it.
     assert {k.id: k for k in client.keys.list()}[created.id].role == "read"
     with Client(fleet.base_url, created.key) as reader:

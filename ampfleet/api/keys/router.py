@@ -12,8 +12,9 @@ from sqlalchemy import select
 from ampfleet.api.auth import CurrentPrincipal, ForbiddenError
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import NotFoundError, responses
-from ampfleet.core.keys import Role, create_key
+from ampfleet.core.keys import create_key
 from ampfleet.core.models import ApiKey, utcnow
+from ampfleet.core.roles import Role
 from ampfleet.core.settings import get_settings
 from ampfleet.core.spec import SafeName
 
