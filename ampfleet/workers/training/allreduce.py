@@ -3,7 +3,7 @@
 Wire formats: every half-precision path divides by the world size before the sum (so an
 fp16 sum cannot overflow), casts, reduces, and casts back into the bucket.
   - NCCL: torch's built-in compress hooks.
-  - gloo, bf16/fp16: our ring (ring.py): gloo moves the bytes, torch does the additions.
+  - gloo, bf16/fp16: ours (ring.py): gloo moves the bytes, torch does the additions.
     torch's own bf16 hook refuses gloo, and gloo's fp16 sum runs in software.
   - fp32 anywhere: the backend's own all_reduce, as DDP does by default.
 
@@ -30,7 +30,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from ampfleet.workers.training.precision import DTYPES
-from ampfleet.workers.training.ring import CommThread, Workspace, ring_average_
+from ampfleet.workers.training.ring import CommThread, Workspace, wire_average_
 
 
 @dataclass
@@ -95,7 +95,7 @@ def compressed_all_reduce_(
     with a `reference`, reduce it in fp32 too and let the guard compare the two."""
     if reference is not None:
         dist.all_reduce(reference)
-    ring_average_(buffer, dtype, workspace or Workspace(), key)
+    wire_average_(buffer, dtype, workspace or Workspace(), key)
     if reference is not None and state is not None:
         state.check_guard(buffer, reference)
     return buffer

