@@ -1,8 +1,9 @@
 """ampfleet: training-as-a-service backend.
 
 `from ampfleet import Client` (or `AsyncClient`) is the Python SDK; it is imported on first
-use, so what imports this package without the CLI (training ranks, the API app under a
-plain uvicorn) does not load it. The `ampfleet` command does: its client commands use it.
+use, so what imports this package without it (training ranks, the API app) does not load it.
+Nor do the server commands of `ampfleet` (api, scheduler, worker, up, migrate...): the CLI
+loads its client commands, and the SDK with them, only when one of those is asked for.
 """
 
 from __future__ import annotations

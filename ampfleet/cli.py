@@ -1,5 +1,6 @@
 """`ampfleet`: run the processes (api, scheduler, worker, up) and manage the database; the
-API's user commands (submit, status, ...) come from cli_client.py."""
+API's user commands (submit, status, ...) come from cli_client.py, loaded only when one of
+them runs (or the command list is shown): they need the SDK, the server processes do not."""
 
 from __future__ import annotations
 
@@ -8,15 +9,48 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
+from functools import cache
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+import typer.main
+from typer.core import TyperGroup
 
-from ampfleet.cli_client import register as register_client_commands
 from ampfleet.core.logs import configure_logging
 from ampfleet.core.roles import Role
 from ampfleet.core.settings import ADMIN_KEY_FILE_NAME, get_settings
+
+if TYPE_CHECKING:
+    # typer vendors click: these are the types its groups' methods take.
+    from typer._click import Command, Context
+
+
+@cache
+def client_commands() -> Mapping[str, Command]:
+    from ampfleet.cli_client import register
+
+    client_app = typer.Typer()
+    register(client_app)
+    return typer.main.get_group(client_app).commands
+
+
+class _Commands(TyperGroup):
+    """The server commands, and the client commands (cli_client.py, which imports the SDK)
+    added only when something else is asked for: one of them, the list of commands, a
+    mistyped name to suggest one for. So `ampfleet api` never imports the SDK."""
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        self.commands.update(client_commands())
+        return super().list_commands(ctx)
+
+    def resolve_command(
+        self, ctx: Context, args: list[str]
+    ) -> tuple[str | None, Command | None, list[str]]:
+        if not args or args[0] not in self.commands:
+            self.commands.update(client_commands())
+        return super().resolve_command(ctx, args)
 
 
 def configure_logging_for(role: str) -> None:
@@ -24,7 +58,9 @@ def configure_logging_for(role: str) -> None:
     configure_logging(role, settings.log_level, settings.log_format)
 
 
-app = typer.Typer(help="ampfleet: training-as-a-service backend.", no_args_is_help=True)
+app = typer.Typer(
+    cls=_Commands, help="ampfleet: training-as-a-service backend.", no_args_is_help=True
+)
 
 
 @app.command()
@@ -175,9 +211,6 @@ def up() -> None:
         except subprocess.TimeoutExpired:
             child.kill()
     raise typer.Exit(exit_code)
-
-
-register_client_commands(app)  # submit, status, list, logs, cancel, metrics, keys
 
 
 def main() -> None:
