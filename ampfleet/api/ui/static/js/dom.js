@@ -45,15 +45,52 @@ export function stateBadge(state, props = {}) {
 }
 
 export function progressBar(step, total) {
-  const fraction = total ? Math.min(Math.max(step / total, 0), 1) : 0;
-  const bar = h("span", { class: "bar-fill" });
-  bar.style.width = `${(fraction * 100).toFixed(1)}%`;
-  return h(
+  const el = h(
     "span",
-    { class: "progress", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": total ?? 0, "aria-valuenow": step },
-    h("span", { class: "bar" }, bar),
-    h("span", { class: "progress-label" }, total ? `${step} / ${total}` : `${step} / ?`),
+    { class: "progress", role: "progressbar", "aria-valuemin": 0 },
+    h("span", { class: "bar" }, h("span", { class: "bar-fill" })),
+    h("span", { class: "progress-label" }),
   );
+  return setProgress(el, step, total);
+}
+
+/** Moves a bar made by progressBar() to `step` of `total`, in place. */
+export function setProgress(el, step, total) {
+  const fraction = total ? Math.min(Math.max(step / total, 0), 1) : 0;
+  el.querySelector(".bar-fill").style.width = `${(fraction * 100).toFixed(1)}%`;
+  el.setAttribute("aria-valuemax", String(total ?? 0));
+  el.setAttribute("aria-valuenow", String(step));
+  el.querySelector(".progress-label").textContent = total ? `${step} / ${total}` : `${step} / ?`;
+  return el;
+}
+
+/**
+ * Makes `parent`'s children the rows of `items`, in order, keeping the element of every item
+ * already shown (found by `key`) and passing it to `update`; `create` makes the new ones.
+ * Rows stay put instead of being rebuilt, so focus, selection and scroll survive a refresh.
+ * `rows` (key -> element) is the caller's, kept across calls.
+ */
+export function syncRows(parent, rows, items, { key, create, update }) {
+  const wanted = new Set(items.map(key));
+  for (const [id, el] of rows) {
+    if (!wanted.has(id)) {
+      el.remove();
+      rows.delete(id);
+    }
+  }
+  let next = parent.firstChild;
+  for (const item of items) {
+    let el = rows.get(key(item));
+    if (el) update(el, item);
+    else rows.set(key(item), (el = create(item)));
+    if (el === next) next = next.nextSibling;
+    else parent.insertBefore(el, next);
+  }
+  while (next) {
+    const stray = next; // what is not a row of ours: the "nothing here" placeholder
+    next = next.nextSibling;
+    stray.remove();
+  }
 }
 
 /** 75 -> "1m 15s"; 90061 -> "1d 1h". */
