@@ -1,13 +1,13 @@
 // One job: summary and actions, live progress and ETA, the state timeline, metric panels
-// and logs. One SSE stream (GET /v1/jobs/{id}/events) feeds the timeline, the progress
-// and the charts; it resumes with Last-Event-ID after a dropped connection.
+// and logs. One SSE stream (GET /v1/jobs/{id}/events) feeds the timeline, the progress (with
+// the server's ETA and, while queued, where the job waits) and the charts; it resumes with
+// Last-Event-ID after a dropped connection. The job itself is fetched again only when its
+// state changes, for what the stream does not carry (attempt, timestamps, failure).
 import { api, follow } from "../api.js";
-import { TERMINAL, ageOf, clockTime, duration, fill, h, num, progressBar, stateBadge } from "../dom.js";
+import { TERMINAL, ageOf, clockTime, duration, fill, h, num, progressBar, setProgress, stateBadge } from "../dom.js";
 import { logsPanel } from "./joblogs.js";
 import { MetricStore, drawMetrics, metricPanels } from "./jobmetrics.js";
 
-const REFRESH_MS = 5000;
-const PACE_WINDOW_MS = 60000;
 const EVENT_PAGE = 1000;
 const HISTORY_POINTS = 2000; // per series: a long job's history comes downsampled
 
@@ -32,60 +32,65 @@ function timelineItem(event) {
 export function jobPage(ctx, jobId) {
   const store = new MetricStore();
   const events = new Map();
-  const samples = []; // [time ms, step] from progress frames: the live pace
   let job = null;
-  let fetchedAt = 0;
-  let timers = [];
   let drawQueued = false;
 
   const head = h("div", { class: "page-head" }, h("a", { href: "#/jobs", class: "back" }, "← Jobs"), h("h1", {}, jobId));
   const summary = h("dl", { class: "summary", id: "job-summary" });
   const actions = h("div", { class: "actions", id: "job-actions" });
-  const progress = h("div", { id: "job-progress", class: "job-progress" });
   const streamStatus = h("span", { id: "stream-status", class: "badge muted" }, "connecting");
+  // Built once; a progress frame only changes their text.
+  const bar = progressBar(0, null);
+  const progressText = h("span", { id: "progress-text" });
+  const eta = h("span", { id: "eta" });
+  const loss = h("span", { id: "latest-loss" });
+  const progress = h("div", { id: "job-progress", class: "job-progress" }, bar, progressText, eta, loss, streamStatus);
+  const runFor = h("dd", { id: "job-run-for" });
+  const queueTerm = h("dt", {}, "queue");
+  const queueLine = h("dd", { id: "job-queue" });
   const timeline = h("ol", { id: "timeline", class: "timeline" });
   const { el: charts, panels } = metricPanels();
   ctx.view.append(head, h("p", { class: "muted" }, "Loading…"));
 
-  const liveEta = () => {
-    if (!job || TERMINAL.has(job.state) || !job.progress.total_steps) return null;
-    const now = Date.now();
-    while (samples.length > 2 && now - samples[0][0] > PACE_WINDOW_MS) samples.shift();
-    if (samples.length >= 2) {
-      const [t0, s0] = samples[0];
-      const [t1, s1] = samples[samples.length - 1];
-      if (s1 > s0 && t1 - t0 >= 2000) return (job.progress.total_steps - s1) / ((s1 - s0) / ((t1 - t0) / 1000));
-    }
-    const eta = job.progress.eta_seconds;
-    return eta === null || eta === undefined ? null : Math.max(eta - (now - fetchedAt) / 1000, 0);
-  };
+  const runningFor = () => (job.started_at
+    ? duration(((job.finished_at ? Date.parse(job.finished_at) : Date.now()) - Date.parse(job.started_at)) / 1000)
+    : "—");
 
   const drawProgress = () => {
-    if (!job) return;
     const p = job.progress;
-    const eta = liveEta();
-    const loss = job.latest_metrics.loss;
-    fill(progress,
-      progressBar(p.step, p.total_steps),
-      h("span", { id: "progress-text" }, p.total_steps ? `step ${p.step} of ${p.total_steps} (${((p.step / p.total_steps) * 100).toFixed(0)}%)` : `step ${p.step}`),
-      h("span", { id: "eta" }, TERMINAL.has(job.state) ? `finished ${ageOf(job.finished_at)} ago` : `ETA ${eta === null ? "—" : duration(eta)}`),
-      loss !== undefined ? h("span", {}, `loss ${num(loss)}`) : null,
-      streamStatus);
+    setProgress(bar, p.step, p.total_steps);
+    progressText.textContent = p.total_steps
+      ? `step ${p.step} of ${p.total_steps} (${((p.step / p.total_steps) * 100).toFixed(0)}%)`
+      : `step ${p.step}`;
+    eta.textContent = TERMINAL.has(job.state)
+      ? `finished ${ageOf(job.finished_at)} ago`
+      : `ETA ${p.eta_seconds === null || p.eta_seconds === undefined ? "—" : duration(p.eta_seconds)}`;
+    const latest = job.latest_metrics.loss;
+    loss.textContent = latest === undefined ? "" : `loss ${num(latest)}`;
+    runFor.textContent = runningFor();
   };
 
+  const drawQueue = () => {
+    const q = job.queue;
+    queueTerm.hidden = queueLine.hidden = !q;
+    if (!q) return;
+    fill(queueLine, `#${q.position ?? "?"}`, q.pending_reason ? ` — ${q.pending_reason}` : "",
+      q.estimated_start_at ? ` (est. start in ${duration((Date.parse(q.estimated_start_at) - Date.now()) / 1000)})` : "");
+  };
+
+  // On load, a state change and an action's answer: everything but the live parts.
   const drawSummary = () => {
     const jobState = stateBadge(job.state, { id: "job-state", "data-state": job.state });
     fill(head.querySelector("h1"), job.name || job.id, " ", jobState);
-    const run = job.started_at ? duration(((job.finished_at ? Date.parse(job.finished_at) : Date.now()) - Date.parse(job.started_at)) / 1000) : "—";
-    const q = job.queue;
     fill(summary,
       [["id", job.id], ["recipe", job.recipe], ["project", job.project], ["attempt", String(job.attempt)],
         ["precision", settingText(job.precision)], ["AllReduce dtype", settingText(job.allreduce_dtype)],
-        ["created", `${ageOf(job.created_at)} ago`], ["running for", run]]
+        ["created", `${ageOf(job.created_at)} ago`]]
         .flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
-      q ? [h("dt", {}, "queue"), h("dd", { id: "job-queue" }, `#${q.position ?? "?"}`, q.pending_reason ? ` — ${q.pending_reason}` : "",
-        q.estimated_start_at ? ` (est. start in ${duration((Date.parse(q.estimated_start_at) - Date.now()) / 1000)})` : "")] : null,
+      h("dt", {}, "running for"), runFor,
+      queueTerm, queueLine,
       job.failure_reason ? [h("dt", {}, "failure"), h("dd", { class: "failure" }, job.failure_reason)] : null);
+    drawQueue();
     drawActions();
     drawProgress();
   };
@@ -113,7 +118,6 @@ export function jobPage(ctx, jobId) {
     const wanted = priority.value;
     try {
       job = await api(`/v1/jobs/${jobId}`, { method: "PATCH", body: { priority: wanted }, signal: ctx.signal });
-      fetchedAt = Date.now();
       notice.textContent = `priority set to ${job.priority}`;
       drawSummary();
     } catch (error) {
@@ -127,7 +131,6 @@ export function jobPage(ctx, jobId) {
     confirm.hidden = true;
     try {
       job = await api(`/v1/jobs/${jobId}/cancel`, { method: "POST", signal: ctx.signal });
-      fetchedAt = Date.now();
       notice.textContent = job.state === "CANCELLED" ? "cancelled" : "cancel requested: stopping every rank";
       drawSummary();
     } catch (error) {
@@ -136,7 +139,16 @@ export function jobPage(ctx, jobId) {
   });
 
   // -- live data ------------------------------------------------------------------------------
-  const drawTimeline = () => fill(timeline, [...events.values()].sort((a, b) => a.id - b.id).map(timelineItem));
+  // Events come in id order (the listing, then the stream after its Last-Event-ID), so each
+  // one is appended; one out of order is put in its place.
+  const addEvent = (event) => {
+    if (events.has(event.id)) return;
+    events.set(event.id, event);
+    let before = timeline.lastElementChild;
+    while (before && Number(before.dataset.id) > event.id) before = before.previousElementSibling;
+    if (before) before.after(timelineItem(event));
+    else timeline.prepend(timelineItem(event));
+  };
   const queueDraw = () => {
     if (drawQueued) return;
     drawQueued = true;
@@ -146,35 +158,56 @@ export function jobPage(ctx, jobId) {
     }, 250);
   };
 
+  // Single flight, and once more after it when asked meanwhile: the last answer is the newest.
   let refreshing = null;
-  const refresh = async () => {
-    if (refreshing) return refreshing;
+  let again = false;
+  const refresh = () => {
+    if (refreshing) {
+      again = true;
+      return;
+    }
     refreshing = api(`/v1/jobs/${jobId}`, { signal: ctx.signal })
-      .then((fresh) => { job = fresh; fetchedAt = Date.now(); drawSummary(); queueDraw(); })
+      .then((fresh) => { job = fresh; drawSummary(); queueDraw(); })
       .catch((error) => ctx.showError(error, "refreshing the job"))
-      .finally(() => { refreshing = null; });
-    return refreshing;
+      .finally(() => {
+        refreshing = null;
+        if (again && !ctx.signal.aborted) {
+          again = false;
+          refresh();
+        }
+      });
   };
 
   const onFrame = (event, data) => {
     if (event === "state" || event === "event") {
-      events.set(data.id, data);
-      drawTimeline();
-      if (event === "state" && data.to_state && job) {
-        job.state = data.to_state;
-        drawSummary();
+      addEvent(data);
+      if (event === "state" && data.to_state) {
+        if (data.to_state !== job.state) {
+          job.state = data.to_state;
+          drawSummary();
+        }
         refresh();
       }
     } else if (event === "metrics") {
       store.add(data.points || []);
       queueDraw();
-    } else if (event === "progress" && job) {
+    } else if (event === "progress") {
+      const stateChanged = data.state !== job.state;
       job.state = data.state;
       job.progress.step = data.step;
       job.progress.total_steps = data.total_steps;
+      job.progress.eta_seconds = data.eta_seconds ?? null;
       job.latest_metrics = data.latest_metrics || job.latest_metrics;
-      samples.push([Date.now(), data.step]);
-      drawSummary();
+      if ("queue" in data) {
+        job.queue = data.queue;
+        drawQueue();
+      }
+      if (stateChanged) {
+        drawSummary();
+        refresh();
+      } else {
+        drawProgress();
+      }
     } else if (event === "end") {
       refresh();
     }
@@ -184,11 +217,10 @@ export function jobPage(ctx, jobId) {
     let history = null;
     try {
       job = await api(`/v1/jobs/${jobId}`, { signal: ctx.signal });
-      fetchedAt = Date.now();
       let after = 0;
       for (;;) {
         const page = await api(`/v1/jobs/${jobId}/events?after=${after}&limit=${EVENT_PAGE}`, { signal: ctx.signal });
-        for (const event of page.items) events.set(event.id, event);
+        for (const event of page.items) addEvent(event);
         if (page.items.length < EVENT_PAGE) break;
         after = page.items[page.items.length - 1].id;
       }
@@ -208,7 +240,6 @@ export function jobPage(ctx, jobId) {
       h("div", { class: "grid" }, panels, h("section", { class: "panel" }, h("h2", {}, "Timeline"), timeline)),
       logsPanel(ctx, jobId, job.gang_size, !TERMINAL.has(job.state)));
     drawSummary();
-    drawTimeline();
     drawMetrics(charts, store, job);
     const lastEvent = Math.max(0, ...events.keys());
     follow(`/v1/jobs/${jobId}/events`, {
@@ -222,10 +253,7 @@ export function jobPage(ctx, jobId) {
         if (error && value === "failed") ctx.showError(error, "following the job");
       },
     });
-    timers.push(setInterval(() => { if (job && !TERMINAL.has(job.state)) refresh(); }, REFRESH_MS));
-    timers.push(setInterval(drawProgress, 1000));
   };
 
   start();
-  return () => { for (const timer of timers) clearInterval(timer); timers = []; };
 }
