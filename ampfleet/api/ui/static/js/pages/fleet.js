@@ -1,9 +1,12 @@
 // Fleet: every node's slots (one box per GPU or CPU slot), liveness and heartbeat age; the
-// queue in the order the scheduler will place it, with why each job waits.
+// queue in the order the scheduler will consider it (GET /v1/queue, ordered on the server),
+// with why each job waits. Queue rows are updated in place on each refresh.
 import { api } from "../api.js";
-import { ageOf, duration, fill, h, num } from "../dom.js";
+import { ageOf, duration, fill, h, num, syncRows } from "../dom.js";
 
 const REFRESH_MS = 2000;
+const QUEUE_PAGE = 50; // rows shown at first, and added by "Later jobs"
+const MAX_PAGE = 200; // the API's largest page
 
 function nodeCard(node) {
   const boxes = Array.from({ length: node.slots }, (_, i) =>
@@ -27,51 +30,90 @@ function nodeCard(node) {
       : null);
 }
 
-function queueRow(job) {
-  const q = job.queue || {};
-  const open = () => { location.hash = `#/jobs/${job.id}`; };
-  return h("tr", { class: "clickable", dataset: { job: job.id }, onclick: open },
-    h("td", { class: "position" }, q.position ?? "—"),
-    h("td", {}, h("a", { href: `#/jobs/${job.id}` }, job.name || job.id)),
-    h("td", {}, job.project),
-    h("td", {}, job.priority),
-    h("td", {}, `${job.gang_size}`),
-    h("td", { class: "pending-reason" }, q.pending_reason || "—"),
-    h("td", {}, q.estimated_start_at ? `in ${duration((Date.parse(q.estimated_start_at) - Date.now()) / 1000)}` : "unknown"),
-    h("td", {}, ageOf(job.created_at)));
+function queueCells(entry) {
+  return [
+    h("td", { class: "position" }, String(entry.position)),
+    h("td", {}, h("a", { href: `#/jobs/${entry.id}` }, entry.name || entry.id)),
+    h("td", { class: "project" }, entry.project),
+    h("td", { class: "priority" }, entry.priority),
+    h("td", {}, `${entry.gang_size}`),
+    h("td", { class: "pending-reason" }, entry.pending_reason || "—"),
+    h("td", {}, entry.estimated_start_at ? `in ${duration((Date.parse(entry.estimated_start_at) - Date.now()) / 1000)}` : "unknown"),
+    h("td", {}, ageOf(entry.created_at)),
+  ];
+}
+
+function queueRow(entry) {
+  const open = () => { location.hash = `#/jobs/${entry.id}`; };
+  return h("tr", { class: "clickable", dataset: { job: entry.id }, onclick: open }, queueCells(entry));
 }
 
 export function fleetPage(ctx) {
   const nodes = h("div", { id: "nodes", class: "nodes" });
   const totals = h("span", { class: "muted small", id: "fleet-totals" });
   const queue = h("tbody");
+  const later = h("button", { type: "button", class: "secondary", id: "queue-more", hidden: true }, "Later jobs");
   ctx.view.append(
     h("div", { class: "page-head" }, h("h1", {}, "Fleet"), totals),
     h("section", { class: "panel wide" }, h("h2", {}, "Nodes"), nodes),
     h("section", { class: "panel wide" }, h("h2", {}, "Queue"),
       h("table", { class: "table", id: "queue" },
         h("thead", {}, h("tr", {}, ["#", "Job", "Project", "Priority", "Slots", "Waiting because", "Estimated start", "Queued for"].map((t) => h("th", {}, t)))),
-        queue)));
+        queue),
+      later));
 
+  let wanted = QUEUE_PAGE; // the head of the queue this page shows
+  const rows = new Map(); // job id -> its <tr>
   let timer = null;
-  const refresh = async () => {
+
+  // The first `wanted` entries of the queue, a page (at most the API's largest) at a time.
+  const queueHead = async () => {
+    let entries = [];
+    let cursor = null;
+    let total = 0;
+    do {
+      const params = new URLSearchParams({ limit: String(Math.min(wanted - entries.length, MAX_PAGE)) });
+      if (cursor) params.set("cursor", cursor);
+      const page = await api(`/v1/queue?${params}`, { signal: ctx.signal });
+      entries = entries.concat(page.items);
+      cursor = page.next_cursor;
+      total = page.total;
+    } while (cursor && entries.length < wanted);
+    return { entries, total, more: Boolean(cursor) };
+  };
+
+  const drawQueue = ({ entries, more }) => {
+    syncRows(queue, rows, entries, {
+      key: (entry) => entry.id,
+      create: queueRow,
+      update: (tr, entry) => tr.replaceChildren(...queueCells(entry)),
+    });
+    if (!entries.length) queue.append(h("tr", {}, h("td", { colspan: 8, class: "muted empty" }, "The queue is empty.")));
+    later.hidden = !more;
+  };
+
+  let work = Promise.resolve();
+  // One refresh at a time: a click on "Later jobs" waits for the one in flight.
+  const refresh = () => (work = work.then(async () => {
+    clearTimeout(timer);
     try {
-      const [nodeList, queued] = await Promise.all([
-        api("/v1/nodes", { signal: ctx.signal }),
-        api("/v1/jobs?state=QUEUED&limit=200", { signal: ctx.signal }),
-      ]);
+      const [nodeList, head] = await Promise.all([api("/v1/nodes", { signal: ctx.signal }), queueHead()]);
       const items = nodeList.items;
       fill(nodes, items.length ? items.map(nodeCard) : h("p", { class: "muted" }, "No node has registered."));
       const slots = items.reduce((sum, n) => sum + n.slots, 0);
       const used = items.reduce((sum, n) => sum + n.used_slots, 0);
-      totals.textContent = `${items.filter((n) => n.alive).length} of ${items.length} nodes alive · ${used} of ${slots} slots used · ${queued.items.length} queued`;
-      const ordered = [...queued.items].sort((a, b) => (a.queue?.position ?? Infinity) - (b.queue?.position ?? Infinity));
-      fill(queue, ordered.length ? ordered.map(queueRow) : h("tr", {}, h("td", { colspan: 8, class: "muted empty" }, "The queue is empty.")));
+      totals.textContent = `${items.filter((n) => n.alive).length} of ${items.length} nodes alive · ${used} of ${slots} slots used · ${head.total} queued`;
+      drawQueue(head);
     } catch (error) {
       ctx.showError(error, "loading the fleet");
     }
     if (!ctx.signal.aborted) timer = setTimeout(refresh, REFRESH_MS);
-  };
+  }));
+
+  later.addEventListener("click", () => {
+    wanted += QUEUE_PAGE;
+    refresh();
+  });
   refresh();
   return () => clearTimeout(timer);
 }
