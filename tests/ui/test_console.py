@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import BrowserContext, Page, Request, expect, sync_playwright
+from playwright.sync_api import (
+    BrowserContext,
+    Page,
+    Playwright,
+    Request,
+    ViewportSize,
+    expect,
+    sync_playwright,
+)
 
 from tests.factories import job_spec
 from tests.support.fleet import Fleet, running_fleet
@@ -28,6 +37,8 @@ CHROMIUM_FLAGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
 LONG = 1_000_000  # steps: a job that runs until it is cancelled
+VIEWPORT: ViewportSize = {"width": 1400, "height": 1000}
+PAGE = 50  # rows the jobs list and the fleet's queue show before "Older"/"Later jobs"
 
 
 @pytest.fixture(scope="module")
@@ -37,31 +48,61 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowserContext]:
+def playwright() -> Iterator[Playwright]:
     if not CHROMIUM.exists():
         pytest.fail(f"headless Chromium is missing ({CHROMIUM}): run `make ui-deps`")
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            tmp_path_factory.mktemp("chromium-profile"),  # a fresh --user-data-dir
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=CHROMIUM_FLAGS,
-            viewport={"width": 1400, "height": 1000},
-        )
-        context.set_default_timeout(20_000)
-        yield context
-        context.close()
+    with sync_playwright() as driver:
+        yield driver
 
 
-@pytest.fixture
-def page(fleet: Fleet, browser: BrowserContext) -> Iterator[Page]:
-    """A new tab (so an empty sessionStorage); fails the test on any uncaught script error."""
-    tab = browser.new_page()
+@pytest.fixture(scope="module")
+def browser(
+    playwright: Playwright, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrowserContext]:
+    context = playwright.chromium.launch_persistent_context(
+        tmp_path_factory.mktemp("chromium-profile"),  # a fresh --user-data-dir
+        executable_path=str(CHROMIUM),
+        headless=True,
+        args=CHROMIUM_FLAGS,
+        viewport=VIEWPORT,
+    )
+    context.set_default_timeout(20_000)
+    yield context
+    context.close()
+
+
+@contextmanager
+def failing_on_script_errors(tab: Page) -> Iterator[Page]:
     errors: list[str] = []
     tab.on("pageerror", lambda error: errors.append(str(error)))
     yield tab
     tab.close()  # closes its streams before the fleet stops
     assert not errors, f"uncaught errors in the console: {errors}"
+
+
+@pytest.fixture
+def page(fleet: Fleet, browser: BrowserContext) -> Iterator[Page]:
+    """A new tab (so an empty sessionStorage); fails the test on any uncaught script error."""
+    with failing_on_script_errors(browser.new_page()) as tab:
+        yield tab
+
+
+@pytest.fixture
+def clock_page(fleet: Fleet, playwright: Playwright) -> Iterator[Page]:
+    """A tab whose timers the test drives (`page.clock`), in a browser of its own: a clock
+    is installed for a whole browser context, and would drive every later test's too."""
+    chromium = playwright.chromium.launch(
+        executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
+    )
+    try:
+        context = chromium.new_context(viewport=VIEWPORT)
+        context.set_default_timeout(20_000)
+        context.clock.install()
+        with failing_on_script_errors(context.new_page()) as tab:
+            yield tab
+        context.close()
+    finally:
+        chromium.close()
 
 
 def log_in(page: Page, fleet: Fleet, route: str = "#/jobs") -> None:
@@ -219,6 +260,15 @@ def test_job_page_follows_a_run_to_success_with_live_charts(
     expect(page.locator("#jobs-table td.empty")).to_have_text("No jobs match.")
 
 
+def mark(page: Page, selector: str) -> None:
+    """Tags the element itself (not an attribute a redraw would copy)."""
+    page.locator(selector).first.evaluate("el => { el.keptAcrossRedraws = true; }")
+
+
+def still_marked(page: Page, selector: str) -> bool:
+    return bool(page.locator(selector).first.evaluate("el => el.keptAcrossRedraws === true"))
+
+
 def test_cancel_a_running_job_from_its_page(fleet: Fleet, page: Page) -> None:
     job = fleet.submit(job_spec(name="ui-cancel", stop={"max_steps": LONG}))
     try:
@@ -232,6 +282,7 @@ def test_cancel_a_running_job_from_its_page(fleet: Fleet, page: Page) -> None:
         expect(page.locator("#action-notice")).to_have_text("priority set to high")
         assert fleet.job(job["id"])["priority"] == "high"
 
+        mark(page, "#timeline li[data-to='RUNNING']")
         page.click("#cancel-job")
         page.click("#confirm-cancel")
         expect(page.locator("#job-state")).to_have_attribute(
@@ -240,6 +291,13 @@ def test_cancel_a_running_job_from_its_page(fleet: Fleet, page: Page) -> None:
         expect(page.locator("#timeline li[data-to='CANCELLING']")).to_have_count(1)
         expect(page.locator("#timeline li[data-to='CANCELLED']")).to_have_count(1)
         expect(page.locator("#cancel-job")).to_be_disabled()
+        # New events were appended: the items already shown are the same elements.
+        assert still_marked(page, "#timeline li[data-to='RUNNING']")
+        order = page.locator("#timeline li").evaluate_all("items => items.map(i => i.dataset.id)")
+        assert order == sorted(order, key=int)  # appended in event order
+        transitions = page.locator("#timeline li.transition")
+        states = transitions.evaluate_all("items => items.map(i => i.dataset.to)")
+        assert states[-3:] == ["RUNNING", "CANCELLING", "CANCELLED"]
     finally:
         if fleet.job(job["id"])["state"] != "CANCELLED":
             cancel_quietly(fleet, job["id"])
@@ -267,3 +325,122 @@ def test_fleet_page_shows_the_node_and_the_queue(
         for job in (waiting, blocker):
             if job:
                 cancel_quietly(fleet, str(job["id"]))
+
+
+FETCH_LOG = """
+window.fetchedUrls = [];
+const untracedFetch = window.fetch;
+window.fetch = (input, init) => {
+  const url = new URL(input instanceof Request ? input.url : input, location.href);
+  window.fetchedUrls.push(url.pathname);
+  return untracedFetch(input, init);
+};
+"""
+
+
+def test_job_page_takes_progress_from_the_stream_alone(fleet: Fleet, clock_page: Page) -> None:
+    page = clock_page
+    job = fleet.submit(job_spec(name="ui-progress", stop={"max_steps": LONG}))
+    try:
+        fleet.wait_for_state(job["id"], {"RUNNING"}, timeout=90)
+        page.add_init_script(FETCH_LOG)
+        log_in(page, fleet, f"#/jobs/{job['id']}")
+        expect(page.locator("#job-state")).to_have_attribute("data-state", "RUNNING")
+        bar = page.locator("#job-progress .progress")
+        expect(bar).not_to_have_attribute("aria-valuenow", "0")
+        for selector in ("#job-summary dd", "#job-progress .progress", "#timeline li"):
+            mark(page, selector)
+
+        # A minute of the page's timers, all at once: nothing may poll the job.
+        page.clock.run_for(60_000)
+        step = bar.get_attribute("aria-valuenow")
+        expect(bar).not_to_have_attribute("aria-valuenow", step or "")  # frames keep coming
+        expect(page.locator("#eta")).to_have_text(re.compile(r"^ETA \d"))  # the server's
+        fetched = page.evaluate("window.fetchedUrls")
+        assert fetched.count(f"/v1/jobs/{job['id']}") == 1, fetched  # the first load only
+        # Progress frames moved the bar; the summary and the timeline were left alone.
+        for selector in ("#job-summary dd", "#job-progress .progress", "#timeline li"):
+            assert still_marked(page, selector), selector
+    finally:
+        cancel_quietly(fleet, job["id"])
+
+
+def parked(fleet: Fleet, project: str) -> None:
+    """A project whose jobs stay queued: a quota of no slots."""
+    response = fleet.http.put(f"/v1/projects/{project}", json={"max_slots": 0})
+    assert response.status_code == 200, response.text
+
+
+def cancel_all(fleet: Fleet, job_ids: list[str]) -> None:
+    for job_id in job_ids:
+        fleet.http.post(f"/v1/jobs/{job_id}/cancel")
+
+
+def test_jobs_list_refreshes_in_place_and_keeps_older_rows(fleet: Fleet, page: Page) -> None:
+    parked(fleet, "ui-list")
+    ids = [fleet.submit(job_spec(project="ui-list"))["id"] for _ in range(PAGE + 2)]
+    try:
+        log_in(page, fleet, "#/jobs?project=ui-list")
+        rows = page.locator("#jobs-table tbody tr[data-job]")
+        expect(rows).to_have_count(PAGE)
+        page.click("#jobs-more")
+        expect(rows).to_have_count(PAGE + 2)
+        oldest = f"#jobs-table tr[data-job='{ids[0]}']"
+        newest = f"#jobs-table tr[data-job='{ids[-1]}']"
+        mark(page, oldest)
+        mark(page, newest)
+
+        assert fleet.http.post(f"/v1/jobs/{ids[0]}/cancel").status_code == 202
+        ids.append(fleet.submit(job_spec(project="ui-list"))["id"])
+        # The next refreshes (every few seconds) bring both changes.
+        expect(rows.first).to_have_attribute("data-job", ids[-1], timeout=20_000)  # on top
+        expect(page.locator(oldest)).to_have_attribute("data-state", "CANCELLED", timeout=20_000)
+        expect(rows).to_have_count(PAGE + 3)  # the older rows stayed
+        assert still_marked(page, newest)  # unchanged: the same row
+        assert still_marked(page, oldest)  # changed: the same row, its cells redrawn
+        expect(page.locator(f"{oldest} .badge")).to_have_text("CANCELLED")
+        shown = rows.evaluate_all("rows => rows.map(r => r.dataset.job)")
+        assert shown == list(reversed(ids))
+    finally:
+        cancel_all(fleet, ids)
+
+
+def whole_queue(fleet: Fleet) -> list[str]:
+    ids: list[str] = []
+    cursor = None
+    while True:
+        params = {"limit": 200, **({"cursor": cursor} if cursor else {})}
+        page = fleet.http.get("/v1/queue", params=params).json()
+        ids += [item["id"] for item in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return ids
+
+
+def test_fleet_page_shows_the_queue_in_the_servers_order_page_by_page(
+    fleet: Fleet, page: Page
+) -> None:
+    parked(fleet, "ui-queue")
+    ids = [fleet.submit(job_spec(project="ui-queue"))["id"] for _ in range(PAGE)]
+    urgent = [fleet.submit(job_spec(project="ui-queue", priority="high"))["id"] for _ in range(2)]
+    try:
+        log_in(page, fleet, "#/fleet")
+        rows = page.locator("#queue tbody tr[data-job]")
+        expect(rows).to_have_count(PAGE)
+        expect(page.locator("#fleet-totals")).to_contain_text(f"{PAGE + 2} queued")
+        # Submitted last, first in line: their priority class comes before FIFO.
+        expect(rows.nth(0)).to_have_attribute("data-job", urgent[0])
+        expect(rows.nth(1)).to_have_attribute("data-job", urgent[1])
+        expect(rows.first.locator(".pending-reason")).to_contain_text("quota", timeout=20_000)
+        mark(page, f"#queue tr[data-job='{urgent[0]}']")
+
+        page.click("#queue-more")
+        expect(rows).to_have_count(PAGE + 2)
+        expect(page.locator("#queue-more")).to_be_hidden()
+        shown = rows.evaluate_all("rows => rows.map(r => r.dataset.job)")
+        assert shown == whole_queue(fleet)
+        positions = rows.locator(".position").all_inner_texts()
+        assert positions == [str(n) for n in range(1, PAGE + 3)]
+        assert still_marked(page, f"#queue tr[data-job='{urgent[0]}']")  # updated in place
+    finally:
+        cancel_all(fleet, ids + urgent)
