@@ -217,12 +217,10 @@ export function jobPage(ctx, jobId) {
     let history = null;
     try {
       job = await api(`/v1/jobs/${jobId}`, { signal: ctx.signal });
-      let after = 0;
-      for (;;) {
+      for (let after = 0; after !== null && after !== undefined;) {
         const page = await api(`/v1/jobs/${jobId}/events?after=${after}&limit=${EVENT_PAGE}`, { signal: ctx.signal });
         for (const event of page.items) addEvent(event);
-        if (page.items.length < EVENT_PAGE) break;
-        after = page.items[page.items.length - 1].id;
+        after = page.next_after; // null on the last page
       }
       history = await api(`/v1/jobs/${jobId}/metrics?max_points=${HISTORY_POINTS}`, { signal: ctx.signal });
       for (const series of history.series) {
