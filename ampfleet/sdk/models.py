@@ -214,6 +214,9 @@ class ProgressFrame(Frame):
     step: int
     total_steps: int | None = None
     latest_metrics: dict[str, float] = Field(default_factory=dict)
+    eta_seconds: float | None = None
+    queue: QueueInfo | None = None
+    """While the job is queued: where it stands and why it waits."""
 
 
 class MetricSample(ApiModel):

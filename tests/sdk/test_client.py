@@ -200,6 +200,7 @@ def test_the_stream_takes_over_from_the_metrics_history(client: Client, job: Job
     cursor = history.stream_cursor(client.events(job.id)[-1].id)
     rest = list(client.stream_events(job.id, last_event_id=cursor))
     assert [type(f) for f in rest] == [ProgressFrame, EndFrame]
+    assert rest[0].queue is None  # typed like JobOut.queue; set only while queued
     # Without a cursor the stream starts at the beginning, points included.
     assert any(isinstance(f, MetricsFrame) for f in client.stream_events(job.id))
 
