@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from ampfleet.workers.training.allreduce import compressed_all_reduce_
 from ampfleet.workers.training.localranks import run_ranks
-from ampfleet.workers.training.ring import Workspace, add_pair_, ring_average_
+from ampfleet.workers.training.ring import Workspace, pair_average_, ring_average_
 
 VARIANTS = ("fp32", "bf16", "fp16", "gloo_bf16", "ring_bf16", "wire", "casts")
 
@@ -83,7 +83,7 @@ def _variants(
     mine, theirs = (torch.empty(numel, dtype=torch.bfloat16) for _ in range(2))
     # One workspace per variant, as a job has (its wire dtype is fixed): a shared one would
     # reallocate at every dtype change, and fresh pages are slow.
-    workspaces = {name: Workspace() for name in ("bf16", "fp16", "ring_bf16")}
+    workspaces = {name: Workspace() for name in ("bf16", "fp16", "ring_bf16", "casts")}
 
     def fp32() -> None:
         bucket.div_(world_size)
@@ -102,9 +102,15 @@ def _variants(
         for work in works:
             work.wait()  # type: ignore[union-attr]
 
+    primed: list[bool] = []
+
+    def no_transfer(mine: torch.Tensor, theirs: torch.Tensor) -> None:
+        if not primed:  # in the warm-up call: real numbers to add, not uninitialised memory
+            theirs.copy_(mine)
+            primed.append(True)
+
     def casts() -> None:
-        mine.copy_(bucket.div_(world_size))
-        add_pair_(bucket, mine, theirs, workspaces["bf16"])
+        pair_average_(bucket, torch.bfloat16, workspaces["casts"], swap=no_transfer)
 
     functions = {
         "fp32": fp32,

@@ -74,32 +74,34 @@ def wire_average_(
 
 
 def pair_average_(
-    buffer: torch.Tensor, dtype: torch.dtype, workspace: Workspace, key: int = 0
+    buffer: torch.Tensor,
+    dtype: torch.dtype,
+    workspace: Workspace,
+    key: int = 0,
+    swap: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
 ) -> torch.Tensor:
     """Two ranks: swap the compressed contributions, add the pair in fp32.
 
     Both ranks add the same two wire values (fp32 addition commutes), so they end with
-    bit-identical gradients, as DDP requires.
+    bit-identical gradients, as DDP requires. `swap(mine, theirs)` moves the bytes (the
+    peer by default; a benchmark passes a no-op to time the arithmetic alone).
     """
-    peer = 1 - dist.get_rank()
     mine = workspace.get("wire", key, buffer.numel(), dtype)
     theirs = workspace.get("peer", key, buffer.numel(), dtype)
-    mine.copy_(buffer.div_(2))
-    _wait(_start_exchange(mine, peer, theirs, peer))
-    return add_pair_(buffer, mine, theirs, workspace)
-
-
-def add_pair_(
-    buffer: torch.Tensor, mine: torch.Tensor, theirs: torch.Tensor, workspace: Workspace
-) -> torch.Tensor:
-    """`buffer` = mine + theirs, added in fp32, so the sum itself is not rounded."""
     widened = workspace.get("widened", 0, WIDEN_ELEMENTS, torch.float32)
+    mine.copy_(buffer.div_(2))
+    (swap or _swap_with_peer)(mine, theirs)
     for start in range(0, buffer.numel(), WIDEN_ELEMENTS):
         span = slice(start, start + WIDEN_ELEMENTS)
         out = buffer[span]
         out.copy_(mine[span])  # this rank's contribution as the peer received it
         out.add_(widened[: out.numel()].copy_(theirs[span]))
     return buffer
+
+
+def _swap_with_peer(mine: torch.Tensor, theirs: torch.Tensor) -> None:
+    peer = 1 - dist.get_rank()
+    _wait(_start_exchange(mine, peer, theirs, peer))
 
 
 def ring_average_(
