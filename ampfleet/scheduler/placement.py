@@ -33,6 +33,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ampfleet.core.fairshare import ProjectPolicy, queue_key, weight
 from ampfleet.core.fleet import JobRequest, NodeView, describe_constraints, fits_fleet, matches
 from ampfleet.scheduler.capacity_index import CapacityIndex, Overlay
 
@@ -72,20 +73,6 @@ class RunningJob:
 
 
 @dataclass(frozen=True)
-class ProjectPolicy:
-    weight: float = 1.0
-    """Fair-share weight: a project with weight 3 is due three times the usage of weight 1."""
-    max_slots: int | None = None
-    """Slots the project may hold at once (queued-job limits are checked at submit time)."""
-    max_jobs: int | None = None
-    """Jobs the project may have placed (scheduled or running) at once."""
-
-    def __post_init__(self) -> None:
-        if self.weight <= 0:
-            raise ValueError("fair-share weight must be positive")
-
-
-@dataclass(frozen=True)
 class Placement:
     job_id: str
     allocations: tuple[tuple[str, int], ...]
@@ -119,13 +106,6 @@ class Decision:
 _Constraints = tuple[str, str | None, int | None, tuple[tuple[str, str], ...]]
 _Rank = tuple[float, str, str]
 _Plan = list[tuple[int, int]]
-
-
-def queue_key(
-    job: JobRequest, usage: Mapping[str, float], policies: Mapping[str, ProjectPolicy]
-) -> tuple[int, float, str]:
-    """Sorts jobs into queue order: priority class, then weighted fair share, then FIFO."""
-    return -job.priority, _share(job.project, usage, policies), job.id
 
 
 def queue_order(
@@ -173,7 +153,7 @@ def _considered(
         queues = levels[priority]  # each one reversed: its next job is last
 
         def rank(project: str, queues: dict[str, list[JobRequest]] = queues) -> _Rank:
-            share = (usage.get(project, 0.0) + charged.get(project, 0.0)) / _weight(
+            share = (usage.get(project, 0.0) + charged.get(project, 0.0)) / weight(
                 project, policies
             )
             return share, queues[project][-1].id, project
@@ -185,17 +165,6 @@ def _considered(
             yield queues[project].pop()
             if queues[project]:
                 heapq.heappush(heap, rank(project))
-
-
-def _weight(project: str, policies: Mapping[str, ProjectPolicy]) -> float:
-    policy = policies.get(project)
-    return policy.weight if policy is not None else 1.0
-
-
-def _share(
-    project: str, usage: Mapping[str, float], policies: Mapping[str, ProjectPolicy]
-) -> float:
-    return usage.get(project, 0.0) / _weight(project, policies)
 
 
 def _constraints(job: JobRequest) -> _Constraints:

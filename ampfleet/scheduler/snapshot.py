@@ -9,12 +9,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ampfleet.core.capacity import used_slots_by_node
+from ampfleet.core.fairshare import ProjectPolicy, project_policies
 from ampfleet.core.fleet import JobRequest, NodeView, job_request_of, node_view
-from ampfleet.core.models import Allocation, Job, Node, Project
+from ampfleet.core.models import Allocation, Job, Node
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import PLACED_STATES, JobState
 from ampfleet.core.usage import usage_by_project
-from ampfleet.scheduler.placement import Decision, ProjectPolicy, RunningJob, schedule
+from ampfleet.scheduler.placement import Decision, RunningJob, schedule
 
 MAX_QUEUED_PER_PASS = 20_000
 
@@ -103,14 +104,6 @@ def load(session: Session, settings: Settings, now: datetime) -> Snapshot:
         usage=usage_by_project(session, settings.fair_share_window_s),
         policies=project_policies(session),
     )
-
-
-def project_policies(session: Session) -> dict[str, ProjectPolicy]:
-    """Every project with a row; the others get `ProjectPolicy()`'s defaults."""
-    return {
-        p.name: ProjectPolicy(weight=p.weight, max_slots=p.max_slots, max_jobs=p.max_running_jobs)
-        for p in session.scalars(select(Project))
-    }
 
 
 def _running(session: Session, now: datetime) -> list[RunningJob]:

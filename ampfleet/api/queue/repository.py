@@ -9,10 +9,10 @@ from typing import NamedTuple
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ampfleet.core.fairshare import project_policies
 from ampfleet.core.models import Job
 from ampfleet.core.states import JobState
 from ampfleet.core.usage import usage_by_project
-from ampfleet.scheduler.snapshot import project_policies
 
 __all__ = ["QueuedJob", "jobs_by_id", "project_policies", "queued_jobs", "usage_by_project"]
 

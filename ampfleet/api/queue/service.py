@@ -1,6 +1,6 @@
 """Rules of the queue resource: the scheduler's order, who sees what, and the page cursor.
 
-The order is placement's own `queue_key` (priority class, then weighted fair share, then
+The order is the scheduler's own `queue_key` (priority class, then weighted fair share, then
 FIFO) over the usage and weights the scheduler reads, so the listing and a pass agree.
 Jobs in restart backoff come after the others, as in the positions a pass writes: a pass
 considers them only once their backoff is over.
@@ -22,14 +22,14 @@ from ampfleet.api.errors import UnprocessableError
 from ampfleet.api.queue import repository
 from ampfleet.api.queue.repository import QueuedJob
 from ampfleet.api.queue.schemas import QueueEntry, QueuePage
+from ampfleet.core.fairshare import queue_key
 from ampfleet.core.fleet import JobRequest
 from ampfleet.core.models import Job
 from ampfleet.core.settings import get_settings
 from ampfleet.core.spec import Priority
-from ampfleet.scheduler.placement import queue_key
 
 OrderKey = tuple[int, int, float, str]
-"""(backing off, then placement's queue_key: -priority, weighted share, id)."""
+"""(backing off, then the scheduler's queue_key: -priority, weighted share, id)."""
 
 
 def in_order(session: Session, now: datetime) -> list[tuple[OrderKey, QueuedJob]]:
