@@ -12,7 +12,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
 
-from ampfleet.api.deps import SessionDep
+from ampfleet.api.deps import ReadSessionDep
 from ampfleet.api.errors import (
     AmpfleetError,
     NotFoundError,
@@ -68,7 +68,7 @@ class Principal:
 
 def current_principal(
     background: BackgroundTasks,
-    session: SessionDep,
+    session: ReadSessionDep,  # a key is only read: on SQLite a write session would lock
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     header_key: Annotated[str | None, Security(api_key_header)],
 ) -> Principal:

@@ -19,7 +19,15 @@ def get_db_session(request: Request) -> Iterator[Session]:
         yield session
 
 
+def get_read_session() -> Iterator[Session]:
+    """A session that only reads, for a write request's look-ups that must not take the
+    write lock (on SQLite a write session's first statement takes the database's one)."""
+    with unit_of_work(get_read_sessionmaker()) as session:
+        yield session
+
+
 # scope="function": the commit runs when the endpoint returns, before the response is sent,
 # so a client that reads right after a write sees it (by default FastAPI would run it
 # after the response).
 SessionDep = Annotated[Session, Depends(get_db_session, scope="function")]
+ReadSessionDep = Annotated[Session, Depends(get_read_session, scope="function")]

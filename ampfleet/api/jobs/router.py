@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 
 from ampfleet.api.auth import CurrentPrincipal
 from ampfleet.api.bounds import MAX_ID
-from ampfleet.api.deps import SessionDep
+from ampfleet.api.deps import ReadSessionDep, SessionDep
 from ampfleet.api.errors import UnprocessableError, responses
 from ampfleet.api.jobs import repository, service
 from ampfleet.api.jobs.schemas import (
@@ -46,6 +46,7 @@ JOB_ID = re.compile(r"job_[0-9a-z]{26}")
 def submit_job(
     spec: JobSpec,
     session: SessionDep,
+    reader: ReadSessionDep,
     principal: CurrentPrincipal,
     response: Response,
     idempotency_key: Annotated[
@@ -56,7 +57,13 @@ def submit_job(
     if "project" not in spec.model_fields_set:
         spec = spec.model_copy(update={"project": principal.project})
     principal.check_can_write(spec.project)
-    job, created = service.submit(session, spec, idempotency_key)
+    # A retry is answered from the read session: on SQLite the write session would take the
+    # database's one write lock, and a burst of retries would queue up behind it.
+    earlier = service.earlier_submit(reader, spec, idempotency_key) if idempotency_key else None
+    if earlier is not None:
+        job, created = earlier, False
+    else:
+        job, created = service.submit(session, spec, idempotency_key)
     session.commit()  # the job must be durable before the scheduler is woken for it
     if created:
         wake_scheduler()

@@ -75,13 +75,21 @@ def admit(session: Session, spec: JobSpec) -> None:
             )
 
 
+def earlier_submit(session: Session, spec: JobSpec, idempotency_key: str) -> Job | None:
+    """The job an earlier request with this key made, if any (422 for another body)."""
+    existing = repository.get_by_idempotency_key(session, spec.project, idempotency_key)
+    if existing is None:
+        return None
+    return _same_request_or_refuse(existing, request_fingerprint(spec))
+
+
 def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tuple[Job, bool]:
     """Queue a job; returns (job, created). A repeated idempotency key returns the first job."""
     fingerprint = request_fingerprint(spec)
     if idempotency_key:
-        existing = repository.get_by_idempotency_key(session, spec.project, idempotency_key)
+        existing = earlier_submit(session, spec, idempotency_key)
         if existing is not None:
-            return _same_request_or_refuse(existing, fingerprint), False
+            return existing, False
     resolved = resolve(spec)
     admit(session, spec)
     job = Job(
