@@ -84,12 +84,9 @@ def earlier_submit(session: Session, spec: JobSpec, idempotency_key: str) -> Job
 
 
 def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tuple[Job, bool]:
-    """Queue a job; returns (job, created). A repeated idempotency key returns the first job."""
+    """Queue a job; returns (job, created). A repeated idempotency key returns the first job
+    (the router has looked for it already; a request racing this one is caught below)."""
     fingerprint = request_fingerprint(spec)
-    if idempotency_key:
-        existing = earlier_submit(session, spec, idempotency_key)
-        if existing is not None:
-            return existing, False
     resolved = resolve(spec)
     admit(session, spec)
     job = Job(
