@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -63,7 +64,9 @@ def postgres_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    db_index = 15
+    # Its own database index lets two test runs share the one Redis without flushing each
+    # other's keys.
+    db_index = int(os.environ.get("AMPFLEET_TEST_REDIS_DB", "15"))
     client = redis.Redis.from_url(f"redis://127.0.0.1:6379/{db_index}")
     client.flushdb()
     yield f"redis://127.0.0.1:6379/{db_index}"
