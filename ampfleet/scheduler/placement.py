@@ -190,12 +190,22 @@ def _cost(victims: Iterable[RunningJob]) -> int:
     return sum(1 for victim in victims if not victim.preempting)
 
 
-def _waiting_for(victims: Sequence[RunningJob]) -> str:
-    new = [victim.id for victim in victims if not victim.preempting]
-    exiting = [victim.id for victim in victims if victim.preempting]
-    parts = [f"{len(new)} lower-priority job(s) to be preempted: {', '.join(new)}"] if new else []
+def _named(jobs: Sequence[tuple[str, str]], viewer: str) -> str:
+    """(job id, project) pairs as a reason shows them to a job of project `viewer`: its own
+    jobs by id, other projects' jobs only counted (their ids are theirs to see)."""
+    own = [job_id for job_id, project in jobs if project == viewer]
+    others = len(jobs) - len(own)
+    return ", ".join([*own, *([f"{others} of other projects"] if others else [])])
+
+
+def _waiting_for(victims: Sequence[RunningJob], viewer: str) -> str:
+    new = [(victim.id, victim.project) for victim in victims if not victim.preempting]
+    exiting = [(victim.id, victim.project) for victim in victims if victim.preempting]
+    parts = (
+        [f"{len(new)} lower-priority job(s) to be preempted: {_named(new, viewer)}"] if new else []
+    )
     if exiting:
-        parts.append(f"{len(exiting)} preempted job(s) to exit: {', '.join(exiting)}")
+        parts.append(f"{len(exiting)} preempted job(s) to exit: {_named(exiting, viewer)}")
     return "waiting for " + "; and ".join(parts)
 
 
@@ -266,7 +276,8 @@ class _Pass:
         self.victims: set[str] = set()
         self.head_seen = False
         self.near_reservation: set[str] = set()  # running on the reservation's nodes
-        self.holds: list[tuple[str, _Plan]] = []  # (job, free slots held for it), in order
+        # (job, its project, free slots held for it), in order
+        self.holds: list[tuple[str, str, _Plan]] = []
         self.changes = 0  # bumped whenever free slots or victims change: keys `no_victims`
         self.no_victims: set[tuple[object, ...]] = set()
         self.by_size: dict[tuple[int, ...], list[RunningJob]] = {}
@@ -341,7 +352,7 @@ class _Pass:
         """Preempt for `job`, or reserve for it when it is the first to wait; say which."""
         victims = self._victims(job, constraints, groups)
         if victims:
-            return _waiting_for(victims), None
+            return _waiting_for(victims, job.project), None
         if not self.head_seen:
             self.head_seen = True
             waiting = self._waiting(job, groups)
@@ -388,7 +399,7 @@ class _Pass:
 
     def _waiting(self, job: JobRequest, groups: tuple[int, ...]) -> str:
         """What a job that waits for capacity is told; kept while no slot changes hands."""
-        key = (groups, job.nodes, job.procs_per_node, job.total_procs)
+        key = (groups, job.nodes, job.procs_per_node, job.total_procs, job.project)
         cached = self.waiting.get(key)
         if cached is not None and cached[0] == self.changes:
             return cached[1]
@@ -396,7 +407,7 @@ class _Pass:
         if blocking:
             text = (
                 f"behind {len(blocking)} higher-priority job(s) holding the slots it needs "
-                f"for a reservation or a preemption: {', '.join(blocking)}"
+                f"for a reservation or a preemption: {_named(blocking, job.project)}"
             )
         else:
             text = (
@@ -405,12 +416,16 @@ class _Pass:
         self.waiting[key] = (self.changes, text)
         return text
 
-    def _holders_in_the_way(self, job: JobRequest, groups: tuple[int, ...]) -> list[str]:
+    def _holders_in_the_way(
+        self, job: JobRequest, groups: tuple[int, ...]
+    ) -> list[tuple[str, str]]:
         """Jobs ordered earlier whose held slots on matching nodes would let `job` fit now."""
         if not self.holds:
             return []
         overlay = self._overlay(job, groups)
-        in_the_way = [holder for holder, held in self.holds if overlay.add(held)]
+        in_the_way = [
+            (holder, project) for holder, project, held in self.holds if overlay.add(held)
+        ]
         return in_the_way if overlay.fits() else []
 
     def _free(self, job: JobRequest, groups: tuple[int, ...]) -> str:
@@ -456,7 +471,7 @@ class _Pass:
                 self.index.take(node, needed_now)
                 held.append((node, needed_now))
         self.changes += 1
-        self.holds.append((job.id, held))
+        self.holds.append((job.id, job.project, held))
         self.reserved[job.id] = tuple((self.nodes[node].id, slots) for node, slots in held)
         return plan
 

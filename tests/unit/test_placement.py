@@ -316,7 +316,9 @@ def test_the_next_pass_waits_for_the_same_victim_instead_of_taking_another() -> 
     ]
     second = run([urgent], nodes, active)
     assert second.preemptions == []
-    assert second.pending["urgent"].reason == "waiting for 1 preempted job(s) to exit: v"
+    assert second.pending["urgent"].reason == (
+        "waiting for 1 preempted job(s) to exit: 1 of other projects"
+    )
     assert second.reserved == {"urgent": ()}
 
 
@@ -352,6 +354,25 @@ def test_a_victim_is_taken_once_and_its_preemptor_keeps_the_free_slots() -> None
     assert decision.reserved == {"j1": (("a", 2),)}
     assert decision.placements == []  # j3 would have taken a slot that j1 needs
     assert decision.pending["j3"].reason.startswith("behind 1 higher-priority job(s)")
+
+
+def test_reasons_name_only_the_viewers_own_jobs() -> None:
+    """Another project's job ids are not the viewer's to see: they are counted, not named."""
+    nodes = [node("a", 0, slots=8), node("b", 2, slots=8)]
+    active = [
+        running("theirs-low", {"a": 4}, priority=0, project="q", started=NOW - 1),
+        running("mine-low", {"a": 4}, priority=0, project="p", started=NOW - 2),
+    ]
+    decision = run([job("urgent", procs=8, priority=2, project="p")], nodes, active)
+    reason = decision.pending["urgent"].reason
+    assert reason == (
+        "waiting for 2 lower-priority job(s) to be preempted: mine-low, 1 of other projects"
+    )
+    jobs = [job("big", procs=8, priority=2, project="q"), job("mine", procs=2, project="p")]
+    decision = run(jobs, [node("a", 2, slots=8)], [running("r", {"a": 6}, end=NOW + 5)])
+    reason = decision.pending["mine"].reason
+    assert reason.startswith("behind 1 higher-priority job(s)"), reason
+    assert "big" not in reason and "preemption: 1 of other projects" in reason
 
 
 # -- positions, reasons and admission -------------------------------------------------------
