@@ -270,6 +270,30 @@ class WebhookDelivery(Base):
     delivered_at: Mapped[datetime | None] = mapped_column()
 
 
+class Artifact(Base):
+    """A file a job produced, completely in the artifact store under `sha256/<sha256>`: the row
+    is written only after the object is (a listing never names half an object), and several
+    rows may share one object (the same bytes are stored once)."""
+
+    __tablename__ = "artifacts"
+    __table_args__ = (UniqueConstraint("job_id", "name", name="uq_artifacts_job_id_name"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    project: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16), comment="checkpoint | model | output | profile")
+    name: Mapped[str] = mapped_column(String(255), comment="unique per job")
+    step: Mapped[int | None] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer)
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64), index=True, comment="names the object")
+    content_type: Mapped[str] = mapped_column(String(128))
+    details: Mapped[dict[str, Any]] = mapped_column(
+        default=dict, comment="lineage: precision, allreduce dtype, strategy, world size"
+    )
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class OutboxMessage(Base):
     """A Celery message written in the same transaction as the decision it carries."""
 

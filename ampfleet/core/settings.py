@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_SECRET = "development-only-secret"  # noqa: S105 - refused outside development
@@ -80,6 +80,30 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Browser origins allowed to call the API; none by default.",
     )
+
+    # The artifact store (checkpoints, models): only the API and node agents hold these;
+    # ranks never see them.
+    artifact_url: str = Field(
+        "",
+        description="s3://bucket/prefix, or file:///folder; empty means data_dir/artifacts.",
+    )
+    s3_endpoint_url: str = Field("", description="S3-compatible server; empty means AWS.")
+    s3_access_key_id: str = ""
+    s3_secret_access_key: SecretStr = SecretStr("")
+    s3_region: str = "us-east-1"
+    checkpoint_upload_timeout_s: float = Field(
+        600.0, gt=0, description="How long an attempt's outcome waits for its uploads."
+    )
+
+    @field_validator("artifact_url")
+    @classmethod
+    def _known_artifact_url(cls, url: str) -> str:
+        if url.startswith("s3://"):
+            if not url.removeprefix("s3://").split("/", 1)[0]:
+                raise ValueError("AMPFLEET_ARTIFACT_URL s3://bucket/prefix needs a bucket")
+        elif url and not url.startswith("file:///"):
+            raise ValueError("AMPFLEET_ARTIFACT_URL must be s3://bucket/prefix or file:///folder")
+        return url
 
     @model_validator(mode="after")
     def _refuse_default_secret_outside_development(self) -> Settings:
