@@ -93,6 +93,14 @@ class CheckpointPolicy(_Strict):
     keep_last: int = Field(2, ge=1, le=100)
 
 
+class ExportPolicy(_Strict):
+    dtype: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="A SUCCEEDED job exports model.safetensors, its fp32 master weights; "
+        "'bf16' adds model-bf16.safetensors, the same weights rounded to bf16.",
+    )
+
+
 class RetryPolicy(_Strict):
     max_restarts: int = Field(2, ge=0, le=100, description="Restarts after node loss or crash.")
 
@@ -110,6 +118,7 @@ class JobSpec(_Strict):
     stop: Stop = Field(default_factory=lambda: Stop(max_steps=100))
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    export: ExportPolicy = Field(default_factory=ExportPolicy)
     priority: Priority = Priority.NORMAL
     labels: dict[SafeName, LabelValue] = Field(default_factory=dict, max_length=64)
     seed: int = Field(0, ge=0, le=2**31 - 1)

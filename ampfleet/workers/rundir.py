@@ -5,6 +5,8 @@
         events.jsonl        rank 0's records: started, metric, progress, event (appended)
         failure-rank<r>.json  why a rank failed, in words a user can act on
         logs/               rank-<r>.stdout / rank-<r>.stderr, launcher.log (torchrun)
+        outputs/            files the recipe writes (`output_dir`), listed as artifacts
+        export/             rank 0's model export of a completed run (model + manifest)
 
 Keeping the ranks off the database means a database hiccup never kills training, and one
 agent per node batches every job's metrics into few transactions.
@@ -39,6 +41,14 @@ class RunDir:
     @property
     def logs_dir(self) -> Path:
         return self.path / "logs"
+
+    @property
+    def output_dir(self) -> Path:
+        return self.path / "outputs"
+
+    @property
+    def export_dir(self) -> Path:
+        return self.path / "export"
 
     def rank_log(self, rank: int, stream: str) -> Path:
         return self.logs_dir / f"rank-{rank}.{stream}"

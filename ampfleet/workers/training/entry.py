@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from ampfleet.core.recipes import get_recipe
 from ampfleet.workers.rundir import RecordWriter, RunDir
+from ampfleet.workers.training.export import RunSummary, export_run
 from ampfleet.workers.training.group import leave_process_group
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.precision import resolve_allreduce_dtype, resolve_precision
@@ -74,10 +75,15 @@ def run(run_dir: RunDir, rank: int, world_size: int, local_rank: int) -> None:
     seed_everything(spec["seed"])
     recipe = get_recipe(spec["recipe"])
     hyperparameters = recipe.hyperparameters.model_validate(spec["hyperparameters"])
-    task = recipe.build(
-        hyperparameters,
-        RecipeContext(rank=rank, world_size=world_size, device=device, seed=spec["seed"]),
+    run_dir.output_dir.mkdir(parents=True, exist_ok=True)
+    context = RecipeContext(
+        rank=rank,
+        world_size=world_size,
+        device=device,
+        seed=spec["seed"],
+        output_dir=run_dir.output_dir,
     )
+    task = recipe.build(hyperparameters, context)
     seed_everything(spec["seed"] + rank)
     config = LoopConfig(
         max_steps=spec["stop"]["max_steps"],
@@ -99,8 +105,19 @@ def run(run_dir: RunDir, rank: int, world_size: int, local_rank: int) -> None:
     )
     writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
     try:
-        Trainer(task, config, writer, stop_requested=PREEMPT.is_set).run()
+        trainer = Trainer(task, config, writer, stop_requested=PREEMPT.is_set)
+        metrics = trainer.run()
         if writer and not PREEMPT.is_set():
+            # Before "finished": the model is listed by the time the job is SUCCEEDED.
+            summary = RunSummary(
+                step=trainer.step,
+                metrics=metrics,
+                precision=trainer.precision,
+                allreduce_dtype=trainer.comm.dtype_name,
+                world_size=world_size,
+                backend=backend,
+            )
+            export_run(run_dir, job, trainer.model, summary, writer)
             writer.write("finished")
     finally:
         if writer:

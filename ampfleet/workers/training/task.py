@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,6 +20,10 @@ class RecipeContext:
     world_size: int
     device: torch.device
     seed: int
+    output_dir: Path | None = None
+    """Where the recipe may write files to keep (plots, tokenizers, samples): after a
+    completed run, what is in the first node's folder is listed as `outputs/<path>`
+    artifacts. Ranks of one node share it; None outside a job."""
 
 
 @dataclass

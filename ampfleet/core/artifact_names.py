@@ -1,0 +1,34 @@
+"""The names a job's artifacts are listed, downloaded and stored under, written once for the
+ranks that produce them, the API that serves them and the SDK that asks for them.
+
+A name is only ever a key into the job's `artifacts` rows, never a path: still, the pattern
+is strict (segments that start with a letter or digit, so no `.`, `..` or empty segment, no
+backslash, no absolute path), so a name is safe wherever it might be shown or used.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_NAME_LENGTH = 255
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$"
+_NAME = re.compile(NAME_PATTERN)
+
+MODEL = "model.safetensors"
+MODEL_BF16 = "model-bf16.safetensors"
+MANIFEST = "manifest.json"
+OUTPUTS_PREFIX = "outputs/"
+# What a user means by "the model": the weights and the manifest that says how they came to be.
+MODEL_BUNDLE = (MODEL, MANIFEST)
+
+
+def is_valid_name(name: str) -> bool:
+    return len(name) <= MAX_NAME_LENGTH and _NAME.fullmatch(name) is not None
+
+
+def checkpoint_name(step: int) -> str:
+    return f"checkpoint-{step:09d}"
+
+
+def output_name(relative_path: str) -> str:
+    return OUTPUTS_PREFIX + relative_path
