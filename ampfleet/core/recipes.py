@@ -1,21 +1,31 @@
 """The recipe registry: Python entry points in the group `ampfleet.recipes`.
 
 A recipe is how user models enter the platform. The operator installs recipe packages into
-the worker (and API) environment; the API validates hyperparameters against the recipe's
-model; only workers call `build`. No uploaded code or pickles are ever executed.
+the worker (and API) environment. An entry point names a `RecipeDefinition`: everything the
+API needs (name, description, hyperparameter model, the model's size and memory), importable
+without torch; `build`, which imports torch and the model code, is only an import path that
+ranks resolve when they start. So the API process, which validates and admits jobs, never
+loads torch or a recipe's model code. No uploaded code or pickles are ever executed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
+from importlib import import_module
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
 ENTRY_POINT_GROUP = "ampfleet.recipes"
+
+MetricDirection = Literal["min", "max"]
+
+
+def _nothing_beyond_the_model(_hyperparameters: Any) -> int:
+    return 0
 
 
 @dataclass(frozen=True)
@@ -23,8 +33,22 @@ class RecipeDefinition:
     name: str
     description: str
     hyperparameters: type[BaseModel]
-    build: Callable[..., Any]
-    """Called on every rank with (hyperparameters, context); returns the training task."""
+    build_path: str
+    """`module:function`, called on every rank with (hyperparameters, context); returns the
+    training task. Only ranks import it: it may import torch."""
+    parameter_count: Callable[[Any], int]
+    """How many parameters the model has for these (validated) hyperparameters, worked out
+    without building it: admission sizes the model states from it."""
+    activation_bytes: Callable[[Any], int] = _nothing_beyond_the_model
+    """What one rank holds for one micro-batch's backward pass besides the model states
+    (saved activations, logits): the activation allowance of admission's estimate."""
+    metrics: Mapping[str, MetricDirection] = field(default_factory=dict)
+    """The validation metrics the recipe reports, and which way is better."""
+
+    def build(self, hyperparameters: BaseModel, context: Any) -> Any:
+        module_name, _, attribute = self.build_path.partition(":")
+        function: Callable[..., Any] = getattr(import_module(module_name), attribute)
+        return function(hyperparameters, context)
 
 
 class UnknownRecipeError(LookupError):
@@ -41,6 +65,8 @@ def installed_recipes() -> dict[str, RecipeDefinition]:
         definition = entry_point.load()
         if not isinstance(definition, RecipeDefinition):
             raise TypeError(f"entry point {entry_point.value} is not a RecipeDefinition")
+        if ":" not in definition.build_path:
+            raise TypeError(f"recipe {entry_point.name}: build_path must be 'module:function'")
         recipes[entry_point.name] = definition
     return recipes
 

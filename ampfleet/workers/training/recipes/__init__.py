@@ -1,1 +1,2 @@
-"""Built-in recipes, registered as entry points in the group `ampfleet.recipes`."""
+"""The built-in recipes' `build` functions, which ranks import; their descriptions (what the
+API reads) are in ampfleet/recipes."""

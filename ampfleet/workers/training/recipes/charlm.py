@@ -1,7 +1,8 @@
-"""`charlm`: a character-level transformer on the Python standard library's own source code.
+"""`charlm` on a rank: a character-level transformer on the standard library's own source.
 
 The text ships with every Python installation, so nothing is downloaded. Bytes are the
-characters (vocabulary 256); the last `val_fraction` of the text is held out.
+characters (vocabulary 256); the last `val_fraction` of the text is held out. Its
+hyperparameters and size live in ampfleet/recipes/charlm.py, which the API reads.
 """
 
 from __future__ import annotations
@@ -12,29 +13,11 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from torch.utils.data import Dataset
 
-from ampfleet.core.recipes import RecipeDefinition
+from ampfleet.recipes.charlm import VOCAB_SIZE, CharLMHyperparameters
 from ampfleet.workers.training.models.gpt import GPT, GPTConfig, lm_eval_step, lm_loss
 from ampfleet.workers.training.task import RecipeContext, TrainingTask
-
-
-class CharLMHyperparameters(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    d_model: int = Field(128, ge=16, le=2048)
-    n_layers: int = Field(4, ge=1, le=48)
-    n_heads: int = Field(4, ge=1, le=64)
-    block_size: int = Field(128, ge=8, le=2048, description="Context length in characters.")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    batch_size: int = Field(32, ge=1, le=1024, description="Sequences per rank.")
-    learning_rate: float = Field(1e-3, gt=0.0, le=1.0)
-    weight_decay: float = Field(0.1, ge=0.0, le=1.0)
-    warmup_steps: int = Field(20, ge=0)
-    max_chars: int = Field(2_000_000, ge=10_000, le=100_000_000)
-    val_fraction: float = Field(0.1, gt=0.0, lt=0.5)
-    eval_batches: int = Field(20, ge=1, description="Validation batches per rank per eval.")
 
 
 @lru_cache
@@ -78,7 +61,7 @@ def build(hp: CharLMHyperparameters, _ctx: RecipeContext) -> TrainingTask:
     split = int(len(text) * (1 - hp.val_fraction))
     model = GPT(
         GPTConfig(
-            vocab_size=256,
+            vocab_size=VOCAB_SIZE,
             block_size=hp.block_size,
             d_model=hp.d_model,
             n_layers=hp.n_layers,
@@ -100,12 +83,3 @@ def build(hp: CharLMHyperparameters, _ctx: RecipeContext) -> TrainingTask:
         samples_per_item=hp.block_size,
         eval_max_batches=hp.eval_batches,
     )
-
-
-recipe = RecipeDefinition(
-    name="charlm",
-    description="Character-level transformer on Python standard library source; reports "
-    "loss and bits per character.",
-    hyperparameters=CharLMHyperparameters,
-    build=build,
-)

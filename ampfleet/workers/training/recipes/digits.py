@@ -1,29 +1,19 @@
-"""`digits`: an MLP on scikit-learn's bundled 8x8 handwritten digits (no download)."""
+"""`digits` on a rank: the MLP and scikit-learn's bundled 8x8 digits (no download).
+
+Its hyperparameters and size live in ampfleet/recipes/digits.py, which the API reads.
+"""
 
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 from torch.utils.data import TensorDataset
 
-from ampfleet.core.recipes import RecipeDefinition
+from ampfleet.recipes.digits import CLASSES, FEATURES, DigitsHyperparameters
 from ampfleet.workers.training.task import Batch, RecipeContext, TrainingTask
 
 SPLIT_SEED = 1234  # fixed, so every job and every rank sees the same validation set
-
-
-class DigitsHyperparameters(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    hidden: int = Field(256, ge=8, le=4096, description="Width of the two hidden layers.")
-    dropout: float = Field(0.1, ge=0.0, lt=1.0)
-    learning_rate: float = Field(3e-3, gt=0.0, le=1.0)
-    weight_decay: float = Field(0.01, ge=0.0, le=1.0)
-    batch_size: int = Field(64, ge=1, le=4096, description="Per rank.")
-    warmup_steps: int = Field(10, ge=0)
-    val_fraction: float = Field(0.2, gt=0.0, lt=0.9)
 
 
 def _datasets(val_fraction: float) -> tuple[TensorDataset, TensorDataset]:
@@ -65,13 +55,13 @@ def _eval_finalize(sums: dict[str, float]) -> dict[str, float]:
 def build(hp: DigitsHyperparameters, _ctx: RecipeContext) -> TrainingTask:
     train, val = _datasets(hp.val_fraction)
     model = nn.Sequential(
-        nn.Linear(64, hp.hidden),
+        nn.Linear(FEATURES, hp.hidden),
         nn.GELU(),
         nn.Dropout(hp.dropout),
         nn.Linear(hp.hidden, hp.hidden),
         nn.GELU(),
         nn.Dropout(hp.dropout),
-        nn.Linear(hp.hidden, 10),
+        nn.Linear(hp.hidden, CLASSES),
     )
     return TrainingTask(
         model=model,
@@ -85,11 +75,3 @@ def build(hp: DigitsHyperparameters, _ctx: RecipeContext) -> TrainingTask:
         weight_decay=hp.weight_decay,
         warmup_steps=hp.warmup_steps,
     )
-
-
-recipe = RecipeDefinition(
-    name="digits",
-    description="Classify scikit-learn's 8x8 handwritten digits; reports validation accuracy.",
-    hyperparameters=DigitsHyperparameters,
-    build=build,
-)

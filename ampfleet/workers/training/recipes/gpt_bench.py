@@ -1,8 +1,9 @@
-"""`gpt-bench`: a GPT of configurable size on generated token sequences, for benchmarks.
+"""`gpt-bench` on a rank: a GPT of configurable size on generated token sequences.
 
 Each sequence follows t_i = (a * i + b) mod vocab with per-sequence a, b drawn from a
 generator seeded by the item index: unlimited, reproducible, and learnable (the loss falls),
-with no data to download or hold in memory.
+with no data to download or hold in memory. Its hyperparameters and size live in
+ampfleet/recipes/gpt_bench.py, which the API reads.
 """
 
 from __future__ import annotations
@@ -10,27 +11,11 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from torch.utils.data import Dataset
 
-from ampfleet.core.recipes import RecipeDefinition
+from ampfleet.recipes.gpt_bench import GPTBenchHyperparameters
 from ampfleet.workers.training.models.gpt import GPT, GPTConfig, lm_eval_step, lm_loss
 from ampfleet.workers.training.task import RecipeContext, TrainingTask
-
-
-class GPTBenchHyperparameters(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    vocab_size: int = Field(8192, ge=16, le=262_144)
-    d_model: int = Field(512, ge=16, le=16_384)
-    n_layers: int = Field(6, ge=1, le=128)
-    n_heads: int = Field(8, ge=1, le=128)
-    block_size: int = Field(128, ge=8, le=8192)
-    batch_size: int = Field(8, ge=1, le=4096, description="Sequences per rank.")
-    learning_rate: float = Field(3e-4, gt=0.0, le=1.0)
-    warmup_steps: int = Field(10, ge=0)
-    num_sequences: int = Field(100_000, ge=16)
-    eval_batches: int = Field(4, ge=1)
 
 
 class ArithmeticSequences(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -77,11 +62,3 @@ def build(hp: GPTBenchHyperparameters, _ctx: RecipeContext) -> TrainingTask:
         samples_per_item=hp.block_size,
         eval_max_batches=hp.eval_batches,
     )
-
-
-recipe = RecipeDefinition(
-    name="gpt-bench",
-    description="GPT of configurable size on generated token sequences, for benchmarks.",
-    hyperparameters=GPTBenchHyperparameters,
-    build=build,
-)
