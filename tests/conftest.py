@@ -21,9 +21,11 @@ from ampfleet.core.roles import Role
 from ampfleet.core.settings import get_settings
 from tests.support.env import environment, fresh_postgres_database
 from tests.support.fleet import Fleet, FleetFactory, running_fleet
+from tests.support.seaweedfs import S3Server, running_seaweedfs
 from tests.support.services import ensure_services
 
 TABLES = (
+    "artifacts",
     "metrics",
     "job_events",
     "allocations",
@@ -109,6 +111,27 @@ def backend(
         _truncate()
         yield request.param
         _truncate()
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One SeaweedFS S3 server for the session, with a bucket; started when a test asks."""
+    with running_seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as server:
+        server.create_bucket(S3_TEST_BUCKET)
+        yield server
+
+
+S3_TEST_BUCKET = "ampfleet-test"
+
+
+@pytest.fixture(params=["local", "s3"])
+def store_environment(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """AMPFLEET_* values for an empty artifact store: files under tmp_path, or a fresh prefix
+    of the session's SeaweedFS bucket."""
+    if request.param == "local":
+        return {"AMPFLEET_ARTIFACT_URL": f"file://{tmp_path / 'artifacts'}"}
+    server: S3Server = request.getfixturevalue("seaweedfs")
+    return server.environment(S3_TEST_BUCKET, prefix=f"t{uuid.uuid4().hex[:12]}")
 
 
 KeyFactory = Callable[..., str]
