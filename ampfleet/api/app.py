@@ -12,7 +12,11 @@ from ampfleet.api.jobs.router import router as jobs_router
 from ampfleet.api.keys.router import router as keys_router
 from ampfleet.api.logs.router import router as logs_router
 from ampfleet.api.metrics.router import router as metrics_router
-from ampfleet.api.middleware import BodySizeLimitMiddleware, NulCharacterGuardMiddleware
+from ampfleet.api.middleware import (
+    BodySizeLimitMiddleware,
+    JsonDepthLimitMiddleware,
+    NulCharacterGuardMiddleware,
+)
 from ampfleet.api.middleware_request import RequestContextMiddleware
 from ampfleet.api.nodes.router import router as nodes_router
 from ampfleet.api.projects.router import router as projects_router
@@ -39,6 +43,8 @@ def create_app() -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(NulCharacterGuardMiddleware)
+    # Outside the NUL guard, which parses the body; inside the size limit, which bounds it.
+    app.add_middleware(JsonDepthLimitMiddleware, max_depth=settings.max_json_depth)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:  # off unless configured: the console is same-origin
         app.add_middleware(

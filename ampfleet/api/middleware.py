@@ -1,9 +1,12 @@
-"""Pure ASGI middleware: the request body limit (413) and the NUL-character guard (422),
-both answering in the error envelope."""
+"""Pure ASGI middleware: the request body limit (413), the JSON nesting limit and the
+NUL-character guard (422), all answering in the error envelope."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
+import re
 from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -70,6 +73,68 @@ class BodySizeLimitMiddleware:
         )
 
 
+_BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if message["type"] != "http.request" or not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands the app the body already read, then the connection's messages."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKET_STEPS = bytes.maketrans(b"[]{}", b"\x02\x00\x02\x00")
+
+
+def json_depth(body: bytes) -> int:
+    """How deep arrays and objects nest in `body`, counted without parsing it: parsing (and
+    everything that later walks the parsed value) recurses once per level."""
+    steps = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS).translate(_BRACKET_STEPS)
+    # An opening bracket steps 2 and a closing one 0, so after k brackets the depth is the
+    # running sum minus k: C-level iterators, no Python loop over the body.
+    return max(map(operator.sub, itertools.accumulate(steps), itertools.count(1)), default=0)
+
+
+class JsonDepthLimitMiddleware:
+    """Refuses a body nested deeper than `max_depth` with 422, before anything parses it
+    (the NUL guard and the framework parse it; validation and serialisation recurse)."""
+
+    def __init__(self, app: ASGIApp, max_depth: int) -> None:
+        self.app = app
+        self.max_depth = max_depth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        if json_depth(body) > self.max_depth:
+            message = f"JSON nested deeper than {self.max_depth} levels"
+            detail = ErrorDetail(field="body", message=message, type="json_too_deep")
+            summary = f"invalid request: body: {message}"
+            await error_response(422, "validation_error", summary, [detail])(scope, receive, send)
+            return
+        await self.app(scope, _replaying(body, receive), send)
+
+
 def _nul_path(value: object, path: str) -> str | None:
     """The dotted path of the first string (or key) holding a NUL character, if any."""
     if isinstance(value, str):
@@ -107,16 +172,10 @@ class NulCharacterGuardMiddleware:
             if "\x00" in name or "\x00" in value:
                 await _refuse(scope, receive, send, name.replace("\x00", ""))
                 return
-        if scope["method"] not in ("POST", "PUT", "PATCH"):
+        if scope["method"] not in _BODY_METHODS:
             await self.app(scope, receive, send)
             return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if message["type"] != "http.request" or not message.get("more_body"):
-                break
-        body = b"".join(chunks)
+        body = await _read_body(receive)
         if b"\x00" in body or b"\\u0000" in body:
             try:
                 field = _nul_path(json.loads(body), "") or "body"
@@ -124,16 +183,7 @@ class NulCharacterGuardMiddleware:
                 field = "body"
             await _refuse(scope, receive, send, field)
             return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, _replaying(body, receive), send)
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, field: str) -> None:

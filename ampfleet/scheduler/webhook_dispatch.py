@@ -17,7 +17,7 @@ from sqlalchemy import or_, select, update
 
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Webhook, WebhookDelivery, utcnow
-from ampfleet.core.netguard import refuse_reason
+from ampfleet.core.netguard import RefusedTargetError, Resolver, pin, system_resolver
 from ampfleet.core.settings import Settings
 from ampfleet.core.webhooks import sign
 
@@ -70,12 +70,18 @@ def claim(limit: int) -> list[Claimed]:
 
 
 def send(
-    client: httpx.Client, delivery: Claimed, settings: Settings
+    client: httpx.Client,
+    delivery: Claimed,
+    settings: Settings,
+    resolve: Resolver = system_resolver,
 ) -> tuple[int | None, str | None]:
     """(status code, error); a 2xx code and no error means delivered."""
-    refusal = refuse_reason(delivery.url, allow_private=settings.webhook_allow_private)
-    if refusal:  # checked again here: DNS may have changed since the webhook was created
-        return None, refusal
+    try:
+        # Checked again here (DNS may have changed since the webhook was created), and the
+        # request goes to the address just checked, not to a second lookup's answer.
+        target = pin(delivery.url, allow_private=settings.webhook_allow_private, resolve=resolve)
+    except RefusedTargetError as exc:
+        return None, str(exc)
     body = json.dumps(delivery.payload, sort_keys=True, separators=(",", ":")).encode()
     timestamp = int(time.time())
     headers = {
@@ -85,9 +91,11 @@ def send(
         "X-Ampfleet-Delivery": str(delivery.id),
         "X-Ampfleet-Timestamp": str(timestamp),
         "X-Ampfleet-Signature": sign(delivery.secret, timestamp, body),
+        "Host": target.host_header,
     }
+    extensions = {"sni_hostname": target.server_name} if target.server_name else None
     try:
-        response = client.post(delivery.url, content=body, headers=headers)
+        response = client.post(target.url, content=body, headers=headers, extensions=extensions)
     except httpx.HTTPError as exc:
         return None, f"{type(exc).__name__}: {exc}"
     if 200 <= response.status_code < 300:
@@ -117,10 +125,15 @@ def record(delivery: Claimed, code: int | None, error: str | None, settings: Set
         )
 
 
-def deliver_due(settings: Settings, client: httpx.Client, limit: int = 20) -> int:
+def deliver_due(
+    settings: Settings,
+    client: httpx.Client,
+    limit: int = 20,
+    resolve: Resolver = system_resolver,
+) -> int:
     deliveries = claim(limit)
     for delivery in deliveries:
-        code, error = send(client, delivery, settings)
+        code, error = send(client, delivery, settings, resolve)
         record(delivery, code, error, settings)
         if error:
             log.info("webhook delivery %s failed: %s", delivery.id, error)

@@ -82,3 +82,64 @@ def test_enormous_numbers(client: TestClient) -> None:
     body = json.dumps(job_spec()).replace('"max_steps": 20', '"max_steps": 1e400')
     response = client.post("/v1/jobs", content=body, headers={"content-type": "application/json"})
     refused(response)
+
+
+def nested(depth: int, inner: str = "1") -> str:
+    return "[" * depth + inner + "]" * depth
+
+
+@pytest.mark.parametrize("depth", [65, 300, 900])
+def test_hyperparameters_nested_past_the_depth_limit(client: TestClient, depth: int) -> None:
+    body = json.dumps(job_spec(hyperparameters={"x": 0})).replace("0}", nested(depth) + "}")
+    response = client.post("/v1/jobs", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    detail = response.json()["error"]["details"][0]
+    assert (detail["field"], detail["type"]) == ("body", "json_too_deep")
+    assert row_counts()["jobs"] == 0
+
+
+def test_nesting_within_the_limit_still_reaches_validation(client: TestClient) -> None:
+    spec = job_spec(hyperparameters={"x": json.loads(nested(40))})
+    refused(client.post("/v1/jobs", json=spec), "hyperparameters.x")
+
+
+def test_deep_nesting_with_a_nul_inside(client: TestClient) -> None:
+    body = '{"recipe": "digits", "hyperparameters": {"x": ' + nested(1200, '"a\\u0000"') + "}}"
+    response = client.post("/v1/jobs", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["details"][0]["field"] == "body"
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting(client: TestClient) -> None:
+    label = '[{"\\"' * 30
+    response = client.post("/v1/jobs", json=job_spec(labels={"team": label}))
+    assert response.status_code != 422 or "json_too_deep" not in response.text
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_webhook_thresholds_must_be_finite(client: TestClient, value: str) -> None:
+    body = (
+        '{"url": "https://example.com/hook", "metric_thresholds": '
+        f'[{{"name": "loss", "op": "<", "value": {value}}}]}}'
+    )
+    response = client.post(
+        "/v1/webhooks", content=body, headers={"content-type": "application/json"}
+    )
+    refused(response, "metric_thresholds.0.value")
+    assert client.get("/v1/webhooks").json()["items"] == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[::1/",
+        "http://127.0.0.1:99999/",
+        "http://a..b/",
+        f"http://{'a' * 64}.example.com/",
+        "",
+    ],
+)
+def test_malformed_webhook_urls(client: TestClient, url: str) -> None:
+    response = client.post("/v1/webhooks", json={"url": url})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["details"][0]["field"] == "url"

@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Job
-from ampfleet.core.settings import get_settings
+from ampfleet.core.settings import Settings, get_settings
 from ampfleet.core.webhooks import sign
-from ampfleet.scheduler.webhook_dispatch import deliver_due
+from ampfleet.scheduler.webhook_dispatch import Claimed, deliver_due, send
 from ampfleet.workers.ingest import AttemptFeed, apply_records
 from ampfleet.workers.rundir import RunDir
 from tests.factories import job_spec
@@ -25,7 +25,9 @@ from tests.support.env import environment
 class Receiver:
     """A local HTTP endpoint that records what it receives and answers `codes` in turn."""
 
-    def __init__(self, codes: list[int] | None = None) -> None:
+    def __init__(
+        self, codes: list[int] | None = None, address: tuple[str, int] = ("127.0.0.1", 0)
+    ) -> None:
         self.received: list[tuple[dict[str, str], bytes]] = []
         self.codes = list(codes or [])
         receiver = self
@@ -40,7 +42,7 @@ class Receiver:
             def log_message(self, *_args: object) -> None:
                 return
 
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.server = HTTPServer(address, Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -153,3 +155,35 @@ def test_failed_deliveries_are_retried_with_backoff_then_given_up(
     finally:
         flaky.close()
         dead.close()
+
+
+def test_a_delivery_goes_to_the_address_that_was_checked() -> None:
+    """DNS rebinding: the answer checked is the address connected to. The name resolves only
+    through the guard's resolver, so any second lookup at connect time would fail; and each
+    send looks the name up once, so a changed answer is checked before it is used."""
+    first = Receiver()
+    port = first.server.server_port
+    second = Receiver(address=("127.0.0.2", port))
+    answers = [["127.0.0.1"], ["127.0.0.2"], ["10.0.0.1"]]
+    asked: list[tuple[str, int]] = []
+
+    def changing(host: str, port: int) -> list[str]:
+        asked.append((host, port))
+        return answers[min(len(asked), len(answers)) - 1]
+
+    delivery = Claimed(1, f"http://hooks.rebinding.test:{port}/hook", "s", "job.state", {}, 0)
+    try:
+        with httpx.Client(timeout=5) as client:
+            allowed = Settings(webhook_allow_private=True)
+            assert send(client, delivery, allowed, changing) == (200, None)
+            assert [len(first.received), len(second.received)] == [1, 0]
+            assert first.received[0][0]["Host"] == f"hooks.rebinding.test:{port}"
+            assert send(client, delivery, allowed, changing) == (200, None)
+            assert [len(first.received), len(second.received)] == [1, 1]
+            code, error = send(client, delivery, Settings(), changing)
+        assert code is None
+        assert "10.0.0.1" in (error or "")
+        assert asked == [("hooks.rebinding.test", port)] * 3
+    finally:
+        first.close()
+        second.close()

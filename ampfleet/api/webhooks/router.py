@@ -31,7 +31,7 @@ class Threshold(BaseModel):
 
     name: str = Field(min_length=1, max_length=64, description="Metric name, e.g. val_loss.")
     op: Literal[">=", ">", "<=", "<"]
-    value: float
+    value: float = Field(allow_inf_nan=False, description="A finite number.")
 
 
 def _final_states() -> list[JobState | Literal["*"]]:
@@ -41,7 +41,9 @@ def _final_states() -> list[JobState | Literal["*"]]:
 class WebhookIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    url: str = Field(max_length=2000, description="http(s) endpoint that receives POSTs.")
+    url: str = Field(
+        min_length=1, max_length=2000, description="http(s) endpoint that receives POSTs."
+    )
     project: SafeName | None = Field(None, description="Defaults to the caller's project.")
     states: list[JobState | Literal["*"]] = Field(
         default_factory=_final_states,
