@@ -6,6 +6,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from ampfleet import __version__
+from ampfleet.api.artifacts.router import router as artifacts_router
 from ampfleet.api.errors import install_error_handlers
 from ampfleet.api.health.router import router as health_router
 from ampfleet.api.jobs.router import router as jobs_router
@@ -58,6 +59,7 @@ def create_app() -> FastAPI:
     app.include_router(jobs_router)
     app.include_router(metrics_router)
     app.include_router(logs_router)
+    app.include_router(artifacts_router)
     app.include_router(nodes_router)
     app.include_router(queue_router)
     app.include_router(projects_router)

@@ -42,6 +42,7 @@ class ErrorEnvelope(BaseModel):
 class AmpfleetError(Exception):
     status_code = 400
     code = "bad_request"
+    headers: Mapping[str, str] | None = None  # sent with the envelope (Content-Range, ...)
 
     def __init__(self, message: str, details: list[ErrorDetail] | None = None) -> None:
         super().__init__(message)
@@ -111,7 +112,7 @@ def _request_field(error: Mapping[str, Any]) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AmpfleetError)
     async def _ampfleet(_: Request, exc: AmpfleetError) -> JSONResponse:
-        headers = None
+        headers = exc.headers
         if isinstance(exc, TooManyRequestsError):
             headers = {"Retry-After": str(exc.retry_after_s)}
         return error_response(exc.status_code, exc.code, exc.message, exc.details, headers)
@@ -157,6 +158,7 @@ def responses(*status_codes: int) -> dict[int | str, dict[str, Any]]:
         404: "Not found",
         409: "Conflict with the current state",
         413: "Request body too large",
+        416: "The Range lies outside the object; `Content-Range` gives its size",
         422: "Invalid input; `details` names each offending field",
         429: "Too many requests",
         503: "A backing service is unavailable",

@@ -22,18 +22,20 @@ from typing import IO
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ampfleet.core.allocations import release_node_share
 from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import requeue_or_fail, transition
 from ampfleet.core.messaging import wake_scheduler
 from ampfleet.core.models import Job
 from ampfleet.core.settings import Settings
-from ampfleet.core.states import JobState
+from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
 from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs
 from ampfleet.workers.launch import torchrun_args
 from ampfleet.workers.rundir import RecordReader, RunDir
 
 log = logging.getLogger(__name__)
-ACTIVE = (JobState.STARTING, JobState.RUNNING)
+# The states a launched attempt's ranks may end from, by exiting on their own.
+EXITABLE = LAUNCHED_STATES | {JobState.CANCELLING}
 
 
 @dataclass(frozen=True)
@@ -84,9 +86,6 @@ class Supervisor:
     def launch(self, request: LaunchRequest) -> None:
         self._requests.put(request)
 
-    def running_keys(self) -> set[tuple[str, int]]:
-        return set(self._running)
-
     def shutdown(self) -> None:
         """Preempt every attempt (they checkpoint and go back to the queue), then stop."""
         for attempt in list(self._running.values()):
@@ -95,7 +94,7 @@ class Supervisor:
                     session,
                     attempt.request.job_id,
                     JobState.PREEMPTED,
-                    from_states={JobState.STARTING, JobState.RUNNING},
+                    from_states=LAUNCHED_STATES,
                     attempt=attempt.request.attempt,
                     reason="node_shutdown",
                     message=f"node {self.settings.node_name} is shutting down",
@@ -137,12 +136,13 @@ class Supervisor:
                         session,
                         request.job_id,
                         JobState.FAILED,
-                        from_states=ACTIVE,
+                        from_states=LAUNCHED_STATES,
                         attempt=request.attempt,
                         reason="launch_failed",
                         message=f"the node could not launch the ranks: {exc}",
                         failure_reason=f"launch failed on node {self.settings.node_name}: {exc}",
                     )
+                    release_node_share(session, request.job_id, request.attempt, request.node_rank)
 
     def _spawn(self, request: LaunchRequest) -> RunningAttempt:
         run_dir = request.run_dir
@@ -203,8 +203,13 @@ class Supervisor:
         if attempt.stop_reason:
             return
         request = attempt.request
-        if current is None or current[1] != request.attempt or JobState(current[0]).is_terminal():
-            self._stop_attempt(attempt, "superseded")  # fenced out: never two attempts at once
+        if (
+            current is None
+            or current[1] != request.attempt
+            or JobState(current[0]) not in SLOT_HOLDING_STATES
+        ):
+            # Over (ended, or requeued by the reaper or a peer node): never two at once.
+            self._stop_attempt(attempt, "superseded")
         elif current[0] == JobState.CANCELLING:
             self._stop_attempt(attempt, "cancel")
         elif current[0] == JobState.PREEMPTED:
@@ -249,7 +254,13 @@ class Supervisor:
         ship_logs(session, job, request.attempt, attempt.feed, self.settings)
 
     def _record_outcome(self, session: Session, attempt: RunningAttempt) -> None:
+        """How the attempt ended, and this node's slots back: every rank here has exited."""
         self._forward(session, attempt)
+        self._record_ending(session, attempt)
+        request = attempt.request
+        release_node_share(session, request.job_id, request.attempt, request.node_rank)
+
+    def _record_ending(self, session: Session, attempt: RunningAttempt) -> None:
         request = attempt.request
         job_id, number = attempt.key
         code = attempt.process.returncode
@@ -269,7 +280,7 @@ class Supervisor:
                 session,
                 job_id,
                 JobState.TIMED_OUT,
-                from_states={JobState.STARTING, JobState.RUNNING, JobState.CANCELLING},
+                from_states=EXITABLE,
                 attempt=number,
                 reason="max_runtime",
                 message=f"ran longer than stop.max_runtime_s={request.max_runtime_s}",
@@ -285,32 +296,46 @@ class Supervisor:
                 "hung, or every rank waits for one in a collective",
             )
         elif attempt.stop_reason == "preempt":
-            where = (
-                f"checkpointed at step {attempt.feed.preempted_at_step}"
-                if attempt.feed.preempted_at_step is not None
-                else "stopped before it could checkpoint; resumes from its last checkpoint"
-            )
-            transition(
-                session,
-                job_id,
-                JobState.QUEUED,
-                from_states={JobState.PREEMPTED},
-                attempt=number,
-                reason="requeued_after_preemption",
-                message=f"{where}; back in the queue",
-            )
+            self._record_preempted(session, attempt)
         elif code == 0:
             transition(
                 session,
                 job_id,
                 JobState.SUCCEEDED,
-                from_states={JobState.STARTING, JobState.RUNNING, JobState.CANCELLING},
+                from_states=EXITABLE,
                 attempt=number,
                 reason="completed",
                 message="training finished",
             )
         else:
             self._record_failure(session, attempt, code)
+
+    def _record_preempted(self, session: Session, attempt: RunningAttempt) -> None:
+        job_id, number = attempt.key
+        if transition(
+            session,
+            job_id,
+            JobState.CANCELLED,
+            from_states={JobState.CANCELLING},
+            attempt=number,
+            reason="cancelled",
+            message="cancelled while being preempted; every rank stopped",
+        ):
+            return
+        where = (
+            f"checkpointed at step {attempt.feed.preempted_at_step}"
+            if attempt.feed.preempted_at_step is not None
+            else "stopped before it could checkpoint; resumes from its last checkpoint"
+        )
+        transition(
+            session,
+            job_id,
+            JobState.QUEUED,
+            from_states={JobState.PREEMPTED},
+            attempt=number,
+            reason="requeued_after_preemption",
+            message=f"{where}; back in the queue",
+        )
 
     def _record_failure(self, session: Session, attempt: RunningAttempt, code: int) -> None:
         job_id, number = attempt.key
@@ -323,7 +348,7 @@ class Supervisor:
                 session,
                 job_id,
                 JobState.FAILED,
-                from_states={JobState.STARTING, JobState.RUNNING, JobState.CANCELLING},
+                from_states=EXITABLE,
                 attempt=number,
                 reason="training_error",
                 message=reason,

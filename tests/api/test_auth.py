@@ -67,6 +67,7 @@ def test_another_projects_objects_do_not_exist(app, make_key) -> None:
         "key_id": key["id"],
         "name": "alpha",
         "node_id": "nope",
+        "step": "1",
         "webhook_id": hook["id"],
     }
     bodies = {"/v1/jobs/{job_id}": {"priority": "high"}, "/v1/projects/{name}": {"weight": 2.0}}
