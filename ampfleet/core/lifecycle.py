@@ -15,12 +15,17 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from ampfleet.core import webhooks
-from ampfleet.core.models import Allocation, Job, JobEvent, utcnow
-from ampfleet.core.states import ALLOWED_TRANSITIONS, JobState
+from ampfleet.core.allocations import release_unclaimed
+from ampfleet.core.models import Job, JobEvent, utcnow
+from ampfleet.core.states import ACTIVE_STATES, ALLOWED_TRANSITIONS, SLOT_HOLDING_STATES, JobState
 
 
 class IllegalTransitionError(ValueError):
     pass
+
+
+class JobVanishedError(LookupError):
+    """A job row that this transaction just changed is gone (deleted under it)."""
 
 
 def transition(
@@ -82,8 +87,10 @@ def transition(
             message=message,
         )
     )
-    if to.is_terminal() or to in (JobState.RESTARTING, JobState.QUEUED):
-        release_allocations(session, job_id)
+    if to not in SLOT_HOLDING_STATES:
+        # Only rows no node has claimed: a claimed row is released by its node once its
+        # ranks have exited (core/allocations.py).
+        release_unclaimed(session, job_id)
     webhooks.state_changed(
         session,
         project=row.project,
@@ -102,15 +109,6 @@ def record_event(session: Session, job: Job, reason: str, message: str) -> None:
     """An event that is not a state change (fallbacks, warnings, limits hit)."""
     session.add(
         JobEvent(job_id=job.id, attempt=job.attempt, kind="info", reason=reason, message=message)
-    )
-
-
-def release_allocations(session: Session, job_id: str) -> None:
-    session.execute(
-        update(Allocation)
-        .where(Allocation.job_id == job_id, Allocation.released_at.is_(None))
-        .values(released_at=utcnow())
-        .execution_options(synchronize_session=False)
     )
 
 
@@ -147,19 +145,19 @@ def requeue_or_fail(
         message=f"{message} while being preempted; requeued",
     ):
         return JobState.QUEUED
-    placed = {JobState.SCHEDULED, JobState.STARTING, JobState.RUNNING}
     if not transition(
         session,
         job_id,
         JobState.RESTARTING,
-        from_states=placed,
+        from_states=ACTIVE_STATES,
         attempt=attempt,
         reason=reason,
         message=message,
     ):
         return None
     job = session.get(Job, job_id, populate_existing=True)
-    assert job is not None
+    if job is None:
+        raise JobVanishedError(f"job {job_id} disappeared while being requeued")
     max_restarts = int(job.resolved["retry"]["max_restarts"])
     if attempt <= max_restarts:
         delay = restart_backoff_s(attempt)

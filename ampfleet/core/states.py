@@ -25,16 +25,18 @@ class JobState(StrEnum):
 TERMINAL_STATES = frozenset(
     {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT}
 )
-# States in which a job holds node slots (an active allocation).
-PLACED_STATES = frozenset(
-    {
-        JobState.SCHEDULED,
-        JobState.STARTING,
-        JobState.RUNNING,
-        JobState.CANCELLING,
-        JobState.PREEMPTED,
-    }
-)
+# Not placed anywhere and holding nothing: a cancel ends them at once.
+WAITING_STATES = frozenset({JobState.QUEUED, JobState.RESTARTING})
+# Placed and meant to go on: what a preemption, a drain or a lost attempt takes a job out of.
+ACTIVE_STATES = frozenset({JobState.SCHEDULED, JobState.STARTING, JobState.RUNNING})
+# A node has launched (or is launching) the attempt's ranks.
+LAUNCHED_STATES = frozenset({JobState.STARTING, JobState.RUNNING})
+# Placed, and the ranks (if any were launched) are asked to stop.
+STOPPING_STATES = frozenset({JobState.CANCELLING, JobState.PREEMPTED})
+# States in which a job's current attempt holds node slots. The ledger of slots is the
+# allocation rows, not the state: a node's allocation is released only once its ranks have
+# exited, which may be after the job's state has moved on (core/allocations.py).
+SLOT_HOLDING_STATES = ACTIVE_STATES | STOPPING_STATES
 
 _S = JobState
 ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
@@ -56,15 +58,11 @@ ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     ),
     _S.CANCELLING: frozenset({_S.CANCELLED, _S.SUCCEEDED, _S.FAILED, _S.TIMED_OUT}),
     _S.RESTARTING: frozenset({_S.QUEUED, _S.FAILED, _S.CANCELLED}),
-    # PREEMPTED: asked to checkpoint and exit; it keeps its slots until its ranks are gone.
-    _S.PREEMPTED: frozenset({_S.QUEUED, _S.CANCELLED, _S.FAILED, _S.SUCCEEDED}),
+    # PREEMPTED: asked to checkpoint and exit. A cancel meanwhile goes through CANCELLING
+    # like any placed job's: CANCELLED means every rank has stopped.
+    _S.PREEMPTED: frozenset({_S.QUEUED, _S.CANCELLING, _S.FAILED, _S.SUCCEEDED}),
     _S.SUCCEEDED: frozenset(),
     _S.FAILED: frozenset(),
     _S.CANCELLED: frozenset(),
     _S.TIMED_OUT: frozenset(),
 }
-
-
-def sources_of(target: JobState) -> frozenset[JobState]:
-    """Every state from which `target` may be entered."""
-    return frozenset(src for src, targets in ALLOWED_TRANSITIONS.items() if target in targets)

@@ -18,7 +18,7 @@ from ampfleet.core import webhooks
 from ampfleet.core.lifecycle import transition
 from ampfleet.core.messaging import START_ATTEMPT
 from ampfleet.core.models import Allocation, Job, JobEvent, OutboxMessage, Webhook
-from ampfleet.core.states import JobState
+from ampfleet.core.states import ACTIVE_STATES, JobState
 from ampfleet.scheduler.placement import Decision, Placement, Preemption
 from ampfleet.scheduler.snapshot import Snapshot
 
@@ -145,7 +145,7 @@ def _preempt(session: Session, preemptions: list[Preemption]) -> None:
             session,
             preemption.victim_id,
             JobState.PREEMPTED,
-            from_states={JobState.SCHEDULED, JobState.STARTING, JobState.RUNNING},
+            from_states=ACTIVE_STATES,
             reason="preempted",
             message=f"making room for higher-priority job {preemption.for_job_id}; "
             "it checkpoints and goes back to the queue",

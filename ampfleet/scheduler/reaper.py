@@ -1,5 +1,11 @@
-"""Attempts that can no longer finish: their node stopped heartbeating, or no node ever
-started them. Each is requeued (or failed, past its restarts) through the lifecycle."""
+"""Attempts that can no longer finish: their node stopped heartbeating, or a node never
+claimed its share of them. Each is requeued (or failed, past its restarts) through the
+lifecycle.
+
+A dead node's claimed allocations are not released here (core/allocations.py): nothing
+proves its ranks have exited, and a dead node is not placed on anyway. Its next worker
+releases them at start, or its supervisor once it sees the attempt is over.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,9 @@ from sqlalchemy.orm import Session
 from ampfleet.core.lifecycle import requeue_or_fail
 from ampfleet.core.models import Allocation, Job, Node
 from ampfleet.core.settings import Settings
-from ampfleet.core.states import JobState
+from ampfleet.core.states import SLOT_HOLDING_STATES
+
+_CURRENT = (Allocation.job_id == Job.id) & (Allocation.attempt == Job.attempt)
 
 
 def reap(session: Session, settings: Settings, now: datetime) -> int:
@@ -20,7 +28,12 @@ def reap(session: Session, settings: Settings, now: datetime) -> int:
     lost = session.execute(
         select(Allocation.job_id, Allocation.attempt, Node.id)
         .join(Node, Node.id == Allocation.node_id)
-        .where(Allocation.released_at.is_(None), Node.last_heartbeat_at < cutoff)
+        .join(Job, _CURRENT)
+        .where(
+            Allocation.released_at.is_(None),
+            Node.last_heartbeat_at < cutoff,
+            Job.state.in_([s.value for s in SLOT_HOLDING_STATES]),
+        )
     ).all()
     for job_id, attempt, node_id in sorted(set(lost)):
         if requeue_or_fail(
@@ -32,11 +45,19 @@ def reap(session: Session, settings: Settings, now: datetime) -> int:
             f"(none for {settings.node_timeout_s:.0f}s)",
         ):
             reaped += 1
+    # A start message lost, or never acted on: whatever state the job is in (SCHEDULED,
+    # STARTING on its other nodes, or cancelled or preempted before it started).
     start_cutoff = now - timedelta(seconds=settings.start_timeout_s)
     stale = session.execute(
-        select(Job.id, Job.attempt).where(
-            Job.state == JobState.SCHEDULED, Job.scheduled_at < start_cutoff
+        select(Allocation.job_id, Allocation.attempt)
+        .join(Job, _CURRENT)
+        .where(
+            Allocation.released_at.is_(None),
+            Allocation.launched_at.is_(None),
+            Allocation.created_at < start_cutoff,
+            Job.state.in_([s.value for s in SLOT_HOLDING_STATES]),
         )
+        .distinct()
     ).all()
     for job_id, attempt in stale:
         if requeue_or_fail(

@@ -13,7 +13,7 @@ from ampfleet.core.fairshare import ProjectPolicy, project_policies
 from ampfleet.core.fleet import JobRequest, NodeView, job_request_of, node_view
 from ampfleet.core.models import Allocation, Job, Node
 from ampfleet.core.settings import Settings
-from ampfleet.core.states import PLACED_STATES, JobState
+from ampfleet.core.states import SLOT_HOLDING_STATES, JobState
 from ampfleet.core.usage import usage_by_project
 from ampfleet.scheduler.placement import Decision, RunningJob, schedule
 
@@ -121,7 +121,9 @@ def _running(session: Session, now: datetime) -> list[RunningJob]:
             Allocation.slots,
         )
         .join(Allocation, (Allocation.job_id == Job.id) & (Allocation.attempt == Job.attempt))
-        .where(Allocation.released_at.is_(None), Job.state.in_([s.value for s in PLACED_STATES]))
+        .where(
+            Allocation.released_at.is_(None), Job.state.in_([s.value for s in SLOT_HOLDING_STATES])
+        )
     ).all()
     grouped: dict[str, dict[str, int]] = {}
     info = {}

@@ -3,7 +3,9 @@
 A start message names a row (job, attempt, node rank). It is claimed with a conditional
 UPDATE on the allocation, so a duplicate or stale message changes nothing and launches
 nothing. Rank processes are supervised outside the Celery task, which returns at once:
-a multi-hour run is never a late-acked task that a broker could redeliver.
+a multi-hour run is never a late-acked task that a broker could redeliver, and a node that
+waits for its peers' rendezvous (workers/rendezvous.py) still accepts other messages. A
+claim that launches nothing gives this node's slots back in the same transaction.
 """
 
 from __future__ import annotations
@@ -12,17 +14,18 @@ import json
 import logging
 import socket
 import threading
-import time
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from ampfleet.core.allocations import release_claimed_on_node, release_node_share
 from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import requeue_or_fail, transition
 from ampfleet.core.models import Allocation, Job, Node, utcnow
 from ampfleet.core.settings import Settings
-from ampfleet.core.states import JobState
+from ampfleet.core.states import LAUNCHED_STATES, JobState
 from ampfleet.workers.node import Capacity, detect_capacity
+from ampfleet.workers.rendezvous import RendezvousWaiter
 from ampfleet.workers.rundir import RunDir
 from ampfleet.workers.supervisor import LaunchRequest, Supervisor
 
@@ -36,6 +39,7 @@ class NodeAgent:
         self.settings = settings
         self.capacity = capacity or detect_capacity(settings)
         self.supervisor = Supervisor(settings)
+        self.rendezvous = RendezvousWaiter(self.supervisor.launch, RENDEZVOUS_WAIT_S)
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
 
@@ -48,6 +52,7 @@ class NodeAgent:
             self._register(session)
             self._recover_orphans(session)
         self.supervisor.start()
+        self.rendezvous.start()
         self._heartbeat.start()
         log.info(
             "node %s ready: %d %s slot(s) on queue %s",
@@ -58,6 +63,7 @@ class NodeAgent:
         )
 
     def stop(self) -> None:
+        self.rendezvous.stop()
         self.supervisor.shutdown()
         self._stop.set()
         self._heartbeat.join(timeout=5)
@@ -81,7 +87,8 @@ class NodeAgent:
                 setattr(node, name, value)
 
     def _recover_orphans(self, session: Session) -> None:
-        """Attempts this node had launched before it restarted died with their worker."""
+        """Attempts this node had launched before it restarted died with their worker, and
+        so did their ranks: requeue them, and give their slots back."""
         orphans = session.execute(
             select(Allocation.job_id, Allocation.attempt).where(
                 Allocation.node_id == self.node_id,
@@ -97,6 +104,7 @@ class NodeAgent:
                 reason="node_restarted",
                 message=f"node {self.node_id} restarted while running this attempt",
             )
+        release_claimed_on_node(session, self.node_id)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.settings.heartbeat_interval_s):
@@ -115,14 +123,14 @@ class NodeAgent:
     # -- start messages -------------------------------------------------------------------
 
     def handle_start(self, job_id: str, attempt: int, node_rank: int) -> None:
+        """Claim and hand over; never waits (it runs on one of the Celery threads)."""
         request = self._claim(job_id, attempt, node_rank)
         if request is None:
             return
         if request.rendezvous is None and request.nnodes > 1:
-            request = self._await_rendezvous(request)
-            if request is None:
-                return
-        self.supervisor.launch(request)
+            self.rendezvous.wait_for(request)
+        else:
+            self.supervisor.launch(request)
 
     def _claim(self, job_id: str, attempt: int, node_rank: int) -> LaunchRequest | None:
         """Claim this node's allocation (once) and prepare the run folder; None when the
@@ -144,8 +152,8 @@ class NodeAgent:
                 log.info("ignoring stale or duplicate start of %s attempt %s", job_id, attempt)
                 return None
             job = session.get(Job, job_id)
-            assert job is not None
-            if job.attempt != attempt or not self._still_wanted(session, job):
+            if job is None or job.attempt != attempt or not self._still_wanted(session, job):
+                release_node_share(session, job_id, attempt, node_rank)
                 return None
             allocations = session.scalars(
                 select(Allocation)
@@ -202,7 +210,7 @@ class NodeAgent:
             message=f"node {self.node_id} is launching its ranks",
         )
         session.refresh(job)
-        return job.state in (JobState.STARTING, JobState.RUNNING)
+        return JobState(job.state) in LAUNCHED_STATES
 
     def _prepare_run_dir(self, job: Job, node_rank: int) -> RunDir:
         run_dir = RunDir.for_attempt(self.settings.runs_dir, job.id, job.attempt, node_rank)
@@ -220,31 +228,6 @@ class NodeAgent:
             )
         )
         return run_dir
-
-    def _await_rendezvous(self, request: LaunchRequest) -> LaunchRequest | None:
-        """Non-first nodes wait for the first node to publish its rendezvous endpoint."""
-        deadline = time.monotonic() + RENDEZVOUS_WAIT_S
-        while time.monotonic() < deadline:
-            with session_scope() as session:
-                endpoint = session.scalar(
-                    select(Allocation.rendezvous).where(
-                        Allocation.job_id == request.job_id,
-                        Allocation.attempt == request.attempt,
-                        Allocation.node_rank == 0,
-                    )
-                )
-            if endpoint:
-                return LaunchRequest(**{**request.__dict__, "rendezvous": endpoint})
-            time.sleep(0.2)
-        with session_scope() as session:
-            requeue_or_fail(
-                session,
-                request.job_id,
-                request.attempt,
-                reason="rendezvous_timeout",
-                message="the first node of the job never published its rendezvous endpoint",
-            )
-        return None
 
 
 def _free_port() -> int:

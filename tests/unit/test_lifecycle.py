@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
+from fastapi.testclient import TestClient
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
+from ampfleet.core.allocations import release_node_share
+from ampfleet.core.capacity import used_slots_by_node
 from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import IllegalTransitionError, requeue_or_fail, transition
-from ampfleet.core.models import Allocation, Job, JobEvent, Node
+from ampfleet.core.models import Allocation, Job, JobEvent, Node, utcnow
+from ampfleet.core.settings import get_settings
 from ampfleet.core.states import ALLOWED_TRANSITIONS, TERMINAL_STATES, JobState
 from ampfleet.workers.agent import NodeAgent
 from ampfleet.workers.node import Capacity
 from tests.support.jobs import insert_job
+
+CPU = Capacity("cpu", 2, None, None)
 
 
 def states_of(job_id: str) -> list[tuple[str | None, str | None]]:
@@ -129,3 +136,111 @@ def test_duplicate_start_message_launches_once(backend: str) -> None:
         assert job.state == "STARTING"
         node = session.get(Node, settings.node_name)
         assert node is not None
+
+
+def _node(session: Session, name: str) -> None:
+    session.add(
+        Node(id=name, queue=f"node.{name}", address="127.0.0.1", accelerator="cpu", slots=2)
+    )
+
+
+def _two_node_attempt(state: JobState, *, claimed: tuple[bool, bool]) -> str:
+    """A job at attempt 1 on node-x (node rank 0) and node-y (node rank 1), one slot each."""
+    job_id = insert_job(state=state, attempt=1, procs_per_node=1)
+    with session_scope() as session:
+        for name in ("node-x", "node-y"):
+            if session.get(Node, name) is None:
+                _node(session, name)
+        session.flush()
+        for rank, name in enumerate(("node-x", "node-y")):
+            session.add(
+                Allocation(
+                    job_id=job_id,
+                    attempt=1,
+                    node_id=name,
+                    node_rank=rank,
+                    slots=1,
+                    launched_at=utcnow() if claimed[rank] else None,
+                )
+            )
+    return job_id
+
+
+def used() -> dict[str, int]:
+    with session_scope() as session:
+        return used_slots_by_node(session)
+
+
+def test_an_ended_attempt_keeps_each_node_share_until_that_node_lets_go(backend: str) -> None:
+    # Node x's ranks exited and it recorded the outcome; node y's torchrun is still exiting.
+    job_id = _two_node_attempt(JobState.RUNNING, claimed=(True, True))
+    with session_scope() as session:
+        assert transition(
+            session, job_id, JobState.SUCCEEDED, from_states={JobState.RUNNING}, reason="done"
+        )
+        release_node_share(session, job_id, 1, 0)
+    assert used() == {"node-y": 1}
+    with session_scope() as session:
+        release_node_share(session, job_id, 1, 1)
+    assert used() == {}
+
+
+def test_ending_an_attempt_frees_and_fences_what_no_node_claimed(backend: str) -> None:
+    job_id = _two_node_attempt(JobState.STARTING, claimed=(True, False))
+    with session_scope() as session:
+        assert requeue_or_fail(session, job_id, 1, reason="node_lost", message="x") == (
+            JobState.QUEUED
+        )
+    assert used() == {"node-x": 1}  # its ranks may still run: requeued is not exited
+    agent = NodeAgent(get_settings().model_copy(update={"node_name": "node-y"}), CPU)
+    agent.handle_start(job_id, 1, 1)  # the late start message launches nothing
+    assert agent.supervisor._requests.empty()
+    with session_scope() as session:
+        assert session.get(Job, job_id).state == "QUEUED"  # type: ignore[union-attr]
+
+
+def test_a_claim_that_launches_nothing_gives_the_slots_back(backend: str) -> None:
+    job_id = _two_node_attempt(JobState.CANCELLING, claimed=(False, False))
+    agent = NodeAgent(get_settings().model_copy(update={"node_name": "node-x"}), CPU)
+    agent.handle_start(job_id, 1, 0)
+    assert agent.supervisor._requests.empty()
+    assert used() == {}  # node-y's unclaimed share went with the CANCELLED transition
+    assert states_of(job_id)[-1] == ("CANCELLING", "CANCELLED")
+
+
+def test_a_restarted_node_frees_what_it_had_claimed(backend: str) -> None:
+    job_id = _two_node_attempt(JobState.RUNNING, claimed=(True, True))
+    agent = NodeAgent(get_settings().model_copy(update={"node_name": "node-x"}), CPU)
+    with session_scope() as session:
+        agent._recover_orphans(session)
+    assert used() == {"node-y": 1}
+    assert states_of(job_id)[-2:] == [("RUNNING", "RESTARTING"), ("RESTARTING", "QUEUED")]
+
+
+def test_a_preempted_job_being_cancelled_holds_its_slots(client: TestClient) -> None:
+    job_id = _two_node_attempt(JobState.PREEMPTED, claimed=(True, True))
+    response = client.post(f"/v1/jobs/{job_id}/cancel")
+    assert response.status_code == 200, response.text
+    assert response.json()["state"] == "CANCELLING"
+    assert used() == {"node-x": 1, "node-y": 1}
+    nodes = {n["id"]: n for n in client.get("/v1/nodes").json()["items"]}
+    assert nodes["node-x"]["used_slots"] == nodes["node-y"]["used_slots"] == 1
+
+
+def test_a_follower_node_waits_for_the_rendezvous_off_the_calling_thread(backend: str) -> None:
+    job_id = _two_node_attempt(JobState.STARTING, claimed=(True, False))
+    agent = NodeAgent(get_settings().model_copy(update={"node_name": "node-y"}), CPU)
+    agent.rendezvous.start()
+    try:
+        agent.handle_start(job_id, 1, 1)  # returns at once: the endpoint is not known yet
+        assert agent.supervisor._requests.empty()
+        with session_scope() as session:
+            session.execute(
+                update(Allocation)
+                .where(Allocation.job_id == job_id, Allocation.node_rank == 0)
+                .values(rendezvous="127.0.0.1:29400")
+            )
+        request = agent.supervisor._requests.get(timeout=30)
+    finally:
+        agent.rendezvous.stop()
+    assert (request.job_id, request.node_rank, request.rendezvous) == (job_id, 1, "127.0.0.1:29400")

@@ -67,6 +67,11 @@ def admit(session: Session, spec: JobSpec) -> None:
         raise UnprocessableError.for_field("resources", refusal)
     project = session.get(Project, spec.project)
     if project is not None and project.max_queued_jobs is not None:
+        # Count and insert under the project's row lock, held until the submit commits:
+        # otherwise concurrent submits all count the same jobs and all get in. (SQLite's
+        # writers are serialised already; there this is a no-op.)
+        project = session.get(Project, spec.project, with_for_update=True, populate_existing=True)
+    if project is not None and project.max_queued_jobs is not None:
         queued = repository.count_queued(session, spec.project)
         if queued >= project.max_queued_jobs:
             raise TooManyRequestsError(

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 from ampfleet.api.errors import NotFoundError
 from ampfleet.core.lifecycle import transition
 from ampfleet.core.models import Allocation, Job, Node
-from ampfleet.core.states import JobState
+from ampfleet.core.states import ACTIVE_STATES, JobState
 
 
 def get(session: Session, node_id: str) -> Node:
@@ -41,7 +41,7 @@ def drain(session: Session, node_id: str) -> tuple[Node, list[str]]:
             session,
             job_id,
             JobState.PREEMPTED,
-            from_states={JobState.SCHEDULED, JobState.STARTING, JobState.RUNNING},
+            from_states=ACTIVE_STATES,
             attempt=attempt,
             reason="node_drained",
             message=f"node {node_id} is being drained",
