@@ -25,6 +25,7 @@ class NodeView:
     slots: int
     free: int
     schedulable: bool = True  # False when cordoned or dead: never place new work there
+    memory_mb: int | None = None  # what its slots share (core/memory.py); None: not said
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ class NodeColumns(Protocol):
     accelerator: str
     gpu_model: str | None
     gpu_memory_mb: int | None
+    memory_mb: int | None
     labels: Mapping[str, Any] | None
     slots: int
     state: str
@@ -156,4 +158,5 @@ def node_view(
         slots=node.slots,
         free=max(node.slots - used, 0),
         schedulable=alive and node.state == "ready",
+        memory_mb=node.memory_mb,
     )

@@ -168,6 +168,9 @@ class Node(Base):
     slots: Mapped[int] = mapped_column(Integer, comment="GPUs, or CPU rank slots without GPUs")
     gpu_model: Mapped[str | None] = mapped_column(String(128))
     gpu_memory_mb: Mapped[int | None] = mapped_column(Integer)
+    memory_mb: Mapped[int | None] = mapped_column(
+        Integer, comment="total RAM on CPU nodes, total GPU memory on GPU nodes; per slot a share"
+    )
     labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
     state: Mapped[str] = mapped_column(String(16), default="ready", comment="ready | cordoned")
     registered_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -66,6 +66,12 @@ class Settings(BaseSettings):
     scheduler_poll_s: float = Field(2.0, gt=0, description="Pass interval when nobody wakes it.")
     start_timeout_s: float = Field(
         120.0, gt=0, description="SCHEDULED/STARTING longer is requeued."
+    node_memory_mb: int | None = Field(
+        None,
+        ge=64,
+        description="Memory the node offers its ranks (each slot a share); unset: detected, "
+        "RAM or its cgroup limit on CPU nodes, GPU memory on GPU nodes.",
+    )
     )
     cancel_grace_s: float = Field(5.0, ge=0, description="SIGTERM to SIGKILL delay on cancel.")
     stall_timeout_s: float = Field(

@@ -77,6 +77,7 @@ class NodeAgent:
             "slots": self.capacity.slots,
             "gpu_model": self.capacity.gpu_model,
             "gpu_memory_mb": self.capacity.gpu_memory_mb,
+            "memory_mb": self.capacity.memory_mb,
             "labels": self.settings.node_labels,
             "last_heartbeat_at": utcnow(),
         }

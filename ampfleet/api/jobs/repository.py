@@ -20,7 +20,9 @@ def node_shapes(session: Session) -> list[NodeView]:
     """What admission needs of every registered node: its columns, not ORM objects (a
     fleet of a thousand nodes is read on every submit)."""
     columns = (Node.id, Node.accelerator, Node.gpu_model, Node.gpu_memory_mb, Node.labels)
-    rows = session.execute(select(*columns, Node.slots, Node.state, Node.last_heartbeat_at))
+    rows = session.execute(
+        select(*columns, Node.memory_mb, Node.slots, Node.state, Node.last_heartbeat_at)
+    )
     return [node_view(row) for row in rows]
 
 

@@ -28,6 +28,7 @@ def _out(node: Node, used: int, now: datetime) -> NodeOut:
         free_slots=max(node.slots - used, 0),
         gpu_model=node.gpu_model,
         gpu_memory_mb=node.gpu_memory_mb,
+        memory_mb=node.memory_mb,
         labels=node.labels,
         state=node.state,
         alive=age <= get_settings().node_timeout_s,

@@ -13,6 +13,10 @@ class NodeOut(BaseModel):
     free_slots: int
     gpu_model: str | None
     gpu_memory_mb: int | None
+    memory_mb: int | None = Field(
+        description="Total RAM on a CPU node, total GPU memory on a GPU node; each slot "
+        "gets an equal share, which admission sizes jobs against."
+    )
     labels: dict[str, str]
     state: str = Field(description="`ready` or `cordoned`.")
     alive: bool = Field(description="Heartbeat seen within the node timeout.")

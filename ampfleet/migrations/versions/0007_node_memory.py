@@ -1,0 +1,34 @@
+"""node memory
+
+Revision ID: 0007
+Revises: 0006
+Create Date: 2026-12-02
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+
+revision: str = "0007"
+down_revision: str | None = "0006"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("nodes", schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column(
+                "memory_mb",
+                sa.Integer(),
+                nullable=True,
+                comment="total RAM on CPU nodes, total GPU memory on GPU nodes; per slot a share",
+            )
+        )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("nodes", schema=None) as batch_op:
+        batch_op.drop_column("memory_mb")
