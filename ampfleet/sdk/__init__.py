@@ -8,7 +8,6 @@ from ampfleet.sdk.errors import (
     ClientError,
     Conflict,
     ConnectionFailed,
-    DownloadCorrupted,
     ErrorDetail,
     Forbidden,
     NotFound,
@@ -21,8 +20,6 @@ from ampfleet.sdk.errors import (
     WaitTimeout,
 )
 from ampfleet.sdk.models import (
-    Artifact,
-    Checkpoint,
     CreatedKey,
     EndFrame,
     Event,
@@ -44,16 +41,13 @@ from ampfleet.sdk.models import (
 
 __all__ = [
     "ApiError",
-    "Artifact",
     "AsyncClient",
     "AsyncKeys",
-    "Checkpoint",
     "Client",
     "ClientError",
     "Conflict",
     "ConnectionFailed",
     "CreatedKey",
-    "DownloadCorrupted",
     "EndFrame",
     "ErrorDetail",
     "Event",

@@ -1,8 +1,13 @@
 """Launching one node's share of an attempt: torchrun under a parent-death guard.
 
-`python -m ampfleet.workers.launch TORCHRUN_ARGS...` sets PR_SET_PDEATHSIG and then runs
-torchrun in-process, so killing the worker (even with SIGKILL) takes torchrun down, and
-each rank (see training/entry.py) follows torchrun.
+`python -m ampfleet.workers.launch [--memory-limit-mb=N] TORCHRUN_ARGS...` sets
+PR_SET_PDEATHSIG and then runs torchrun in-process, so killing the worker (even with
+SIGKILL) takes torchrun down, and each rank (see training/entry.py) follows torchrun.
+
+The launcher also sets what every rank inherits: a memory limit (its slot's share of the
+node, see core/memory.py), so one job cannot take the host down, and an environment built
+from an allow-list, so no platform credential (database, broker, secret key) reaches code
+that runs in a rank.
 """
 
 from __future__ import annotations
@@ -12,9 +17,59 @@ import os
 import runpy
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
+from ampfleet.workers.rank_memory import MEMORY_LIMIT_FLAG, apply_memory_limit
 from ampfleet.workers.training.entry import die_with_parent
+
+RANK_ENVIRONMENT = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "PYTHONPATH",  # operator-installed recipes may live on it
+    "LD_LIBRARY_PATH",  # CUDA's libraries, on some hosts
+)
+"""Variables a rank gets from the worker as they are, when set."""
+RANK_ENVIRONMENT_PREFIXES = (
+    "LC_",
+    "TORCH",
+    "PYTORCH_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "NCCL_",
+    "GLOO_",
+    "CUDA_",
+    "CUDNN_",
+    "CUBLAS",
+    "NVIDIA_",
+)
+"""Families of variables that tune torch, its thread pools, collectives and CUDA."""
+
+
+def rank_environment(worker: Mapping[str, str], *, procs_per_node: int) -> dict[str, str]:
+    """The environment of torchrun and its ranks: the allow-listed part of the worker's, and
+    no AMPFLEET_* setting (a rank reads everything it needs from its run folder)."""
+    env = {
+        name: value
+        for name, value in worker.items()
+        if name in RANK_ENVIRONMENT or name.startswith(RANK_ENVIRONMENT_PREFIXES)
+    }
+    # Share this node's cores between its ranks instead of oversubscribing them.
+    env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // procs_per_node))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def launch_command(torchrun: list[str], *, memory_limit_mb: int | None) -> list[str]:
+    limit = [] if memory_limit_mb is None else [f"{MEMORY_LIMIT_FLAG}={memory_limit_mb}"]
+    return [sys.executable, "-m", "ampfleet.workers.launch", *limit, *torchrun]
 
 
 def torchrun_args(
@@ -67,9 +122,12 @@ def forward_to_ranks(signum: int, _frame: object) -> None:
 
 def main() -> None:
     die_with_parent()
+    args = sys.argv[1:]
+    if args and args[0].startswith(f"{MEMORY_LIMIT_FLAG}="):
+        apply_memory_limit(int(args.pop(0).partition("=")[2]))  # before torchrun forks ranks
     # SIGUSR1 asks the ranks to checkpoint and exit (preemption); torchrun must survive it.
     signal.signal(signal.SIGUSR1, forward_to_ranks)
-    sys.argv = ["torchrun", *sys.argv[1:]]
+    sys.argv = ["torchrun", *args]
     runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
 
 

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from ampfleet.core.recipes import get_recipe
+from ampfleet.workers.rank_memory import out_of_memory
 from ampfleet.workers.rundir import RecordWriter, RunDir
 from ampfleet.workers.training.export import RunSummary, export_run
 from ampfleet.workers.training.group import leave_process_group
@@ -126,11 +127,12 @@ def run(run_dir: RunDir, rank: int, world_size: int, local_rank: int) -> None:
 
 def write_failure(run_dir: RunDir, rank: int, exc: BaseException) -> None:
     tail = traceback.format_exception(exc)[-3:]
+    memory = out_of_memory(exc)
     record = {
         "rank": rank,
         "time": time.time(),
-        "type": type(exc).__name__,
-        "message": str(exc)[:2000],
+        "type": "OutOfMemory" if memory else type(exc).__name__,
+        "message": (memory or str(exc))[:2000],
         "traceback_tail": "".join(tail)[-4000:],
     }
     run_dir.failure_file(rank).write_text(json.dumps(record))
