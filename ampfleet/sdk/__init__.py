@@ -8,6 +8,7 @@ from ampfleet.sdk.errors import (
     ClientError,
     Conflict,
     ConnectionFailed,
+    DownloadCorrupted,
     ErrorDetail,
     Forbidden,
     NotFound,
@@ -20,6 +21,8 @@ from ampfleet.sdk.errors import (
     WaitTimeout,
 )
 from ampfleet.sdk.models import (
+    Artifact,
+    Checkpoint,
     CreatedKey,
     EndFrame,
     Event,
@@ -41,13 +44,16 @@ from ampfleet.sdk.models import (
 
 __all__ = [
     "ApiError",
+    "Artifact",
     "AsyncClient",
     "AsyncKeys",
+    "Checkpoint",
     "Client",
     "ClientError",
     "Conflict",
     "ConnectionFailed",
     "CreatedKey",
+    "DownloadCorrupted",
     "EndFrame",
     "ErrorDetail",
     "Event",

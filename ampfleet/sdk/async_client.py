@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 from functools import cached_property
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -22,10 +23,20 @@ import httpx
 
 from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
-from ampfleet.sdk import models
+from ampfleet.sdk import downloads, models
 from ampfleet.sdk.base import ClientBase
 from ampfleet.sdk.flows import SpecInput, States
-from ampfleet.sdk.protocol import Flow, Item, IterFlow, ReadLine, Sleep, Step, Stepper
+from ampfleet.sdk.protocol import (
+    DOWNLOAD_CHUNK,
+    Flow,
+    Item,
+    IterFlow,
+    ReadChunk,
+    ReadLine,
+    Sleep,
+    Step,
+    Stepper,
+)
 
 T = TypeVar("T")
 
@@ -37,6 +48,7 @@ class _AsyncIo:
         self.http = http
         self.stream: httpx.Response | None = None
         self.lines: AsyncIterator[str] | None = None
+        self.chunks: AsyncIterator[bytes] | None = None
 
     async def perform(self, step: Step) -> Any:
         if isinstance(step, Sleep):
@@ -47,10 +59,17 @@ class _AsyncIo:
             if line is None:
                 await self.close()
             return line
+        if isinstance(step, ReadChunk):
+            chunk = await anext(self.chunks, None) if self.chunks else None
+            if chunk is None:
+                await self.close()
+            return chunk
         await self.close()
         response = await self.http.send(step.build(self.http), stream=step.stream)
         if step.stream and response.is_success:
+            # Both are lazy: the flow reads the stream one way or the other, never both.
             self.stream, self.lines = response, response.aiter_lines()
+            self.chunks = response.aiter_bytes(DOWNLOAD_CHUNK)
         elif step.stream:
             await response.aread()  # the error body, for its message; reading it closes it
         return response
@@ -58,7 +77,7 @@ class _AsyncIo:
     async def close(self) -> None:
         if self.stream is not None:
             await self.stream.aclose()
-            self.stream, self.lines = None, None
+            self.stream, self.lines, self.chunks = None, None, None
 
 
 class AsyncKeys:
@@ -169,6 +188,34 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
 
     async def nodes(self) -> list[models.Node]:
         return await self._run(self._ops.nodes())
+
+    # -- what a job produced ------------------------------------------------------------------
+
+    async def artifacts(self, job_id: str) -> list[models.Artifact]:
+        return await self._run(downloads.list_artifacts(self._ops, job_id))
+
+    async def checkpoints(self, job_id: str) -> list[models.Checkpoint]:
+        return await self._run(downloads.list_checkpoints(self._ops, job_id))
+
+    async def download(
+        self,
+        job_id: str,
+        name: str = downloads.MODEL,
+        to: str | Path = ".",
+        progress: downloads.ProgressCallback | None = None,
+    ) -> list[Path]:
+        return await self._run(downloads.download(self._ops, job_id, name, Path(to), progress))
+
+    async def download_checkpoint(
+        self,
+        job_id: str,
+        step: int,
+        to: str | Path = ".",
+        progress: downloads.ProgressCallback | None = None,
+    ) -> Path:
+        return await self._run(
+            downloads.download_checkpoint(self._ops, job_id, step, Path(to), progress)
+        )
 
     # Last: below it, `list` would name this method in annotations.
     def list(

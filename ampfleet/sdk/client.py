@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from functools import cached_property
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -21,10 +22,20 @@ import httpx
 
 from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
-from ampfleet.sdk import models
+from ampfleet.sdk import downloads, models
 from ampfleet.sdk.base import ClientBase
 from ampfleet.sdk.flows import SpecInput, States
-from ampfleet.sdk.protocol import Flow, Item, IterFlow, ReadLine, Sleep, Step, Stepper
+from ampfleet.sdk.protocol import (
+    DOWNLOAD_CHUNK,
+    Flow,
+    Item,
+    IterFlow,
+    ReadChunk,
+    ReadLine,
+    Sleep,
+    Step,
+    Stepper,
+)
 
 T = TypeVar("T")
 
@@ -36,6 +47,7 @@ class _Io:
         self.http = http
         self.stream: httpx.Response | None = None
         self.lines: Iterator[str] = iter(())
+        self.chunks: Iterator[bytes] = iter(())
 
     def perform(self, step: Step) -> Any:
         if isinstance(step, Sleep):
@@ -46,10 +58,17 @@ class _Io:
             if line is None:
                 self.close()
             return line
+        if isinstance(step, ReadChunk):
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                self.close()
+            return chunk
         self.close()
         response = self.http.send(step.build(self.http), stream=step.stream)
         if step.stream and response.is_success:
+            # Both are lazy: the flow reads the stream one way or the other, never both.
             self.stream, self.lines = response, response.iter_lines()
+            self.chunks = response.iter_bytes(DOWNLOAD_CHUNK)
         elif step.stream:
             response.read()  # the error body, for its message; reading it closes the stream
         return response
@@ -57,7 +76,7 @@ class _Io:
     def close(self) -> None:
         if self.stream is not None:
             self.stream.close()
-            self.stream, self.lines = None, iter(())
+            self.stream, self.lines, self.chunks = None, iter(()), iter(())
 
 
 class Client(ClientBase[httpx.Client]):
@@ -175,6 +194,39 @@ class Client(ClientBase[httpx.Client]):
     def nodes(self) -> list[models.Node]:
         """Worker nodes with their slots and liveness."""
         return self._run(self._ops.nodes())
+
+    # -- what a job produced ------------------------------------------------------------------
+
+    def artifacts(self, job_id: str) -> list[models.Artifact]:
+        """Everything the job produced: model, manifest, checkpoints, recipe outputs."""
+        return self._run(downloads.list_artifacts(self._ops, job_id))
+
+    def checkpoints(self, job_id: str) -> list[models.Checkpoint]:
+        """The job's stored checkpoints by step, each with the setup it was made under."""
+        return self._run(downloads.list_checkpoints(self._ops, job_id))
+
+    def download(
+        self,
+        job_id: str,
+        name: str = downloads.MODEL,
+        to: str | Path = ".",
+        progress: downloads.ProgressCallback | None = None,
+    ) -> list[Path]:
+        """Downloads the artifact `name` into folder `to` (as `to/<name>`); "model" means
+        model.safetensors and manifest.json. Resumable: an interrupted download continues
+        from its `.part` file; the sha256 is verified (DownloadCorrupted, and no file, if it
+        does not match). `progress(name, done, total)` is called as bytes arrive."""
+        return self._run(downloads.download(self._ops, job_id, name, Path(to), progress))
+
+    def download_checkpoint(
+        self,
+        job_id: str,
+        step: int,
+        to: str | Path = ".",
+        progress: downloads.ProgressCallback | None = None,
+    ) -> Path:
+        """Downloads the checkpoint at `step` as `to/checkpoint-<step>.tar`, like `download`."""
+        return self._run(downloads.download_checkpoint(self._ops, job_id, step, Path(to), progress))
 
     # Last: below it, `list` would name this method in annotations.
     def list(

@@ -7,7 +7,8 @@ ClientError
 │   ├── RateLimited 429 (retry_after), ServerError 5xx
 ├── ConnectionFailed      the server could not be reached, or the connection broke
 │   └── StreamDisconnected (last_event_id: resume from there)
-└── WaitTimeout           `wait` ran out of time (the job as last seen)
+├── WaitTimeout           `wait` ran out of time (the job as last seen)
+└── DownloadCorrupted     the bytes downloaded are not the ones listed (nothing kept)
 """
 
 from __future__ import annotations
@@ -122,6 +123,17 @@ class WaitTimeout(ClientError, TimeoutError):
         )
         self.job = job
         self.timeout = timeout
+
+
+class DownloadCorrupted(ClientError):
+    """A download's bytes do not have the size or sha256 the API listed for them: the
+    partial file is deleted and no file is left at the target."""
+
+    def __init__(self, name: str, expected: str, actual: str) -> None:
+        super().__init__(f"{name}: downloaded bytes have sha256 {actual}, expected {expected}")
+        self.name = name
+        self.expected = expected
+        self.actual = actual
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {

@@ -189,6 +189,31 @@ class CreatedKey(Key):
     key: str = Field(description="The key itself; the API shows it this once.")
 
 
+class Artifact(ApiModel):
+    """A file a job produced: `kind` is checkpoint, model, output or profile."""
+
+    kind: str
+    name: str
+    size: int
+    sha256: str
+    download_url: str
+    step: int | None = None
+    attempt: int = 0
+    content_type: str = "application/octet-stream"
+    created_at: datetime | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Checkpoint(ApiModel):
+    step: int
+    size: int
+    sha256: str
+    download_url: str
+    attempt: int = 0
+    created_at: datetime | None = None
+    lineage: dict[str, Any] = Field(default_factory=dict)
+
+
 # -- frames of a job's live stream (`Client.stream_events`) ----------------------------------
 
 

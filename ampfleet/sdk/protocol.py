@@ -1,7 +1,8 @@
 """The SDK's operations are written once, as generators that say which I/O they need.
 
-A flow yields a `Request` (and is sent the `httpx.Response` back), a `Sleep`, or `READ_LINE`
-(and is sent the next line of the stream it opened last, or None at its end); an iterating
+A flow yields a `Request` (and is sent the `httpx.Response` back), a `Sleep`, `READ_LINE`
+(and is sent the next line of the stream it opened last, or None at its end) or `READ_CHUNK`
+(the next bytes of that stream, for downloads; None at its end); an iterating
 flow also yields `Item`s for its caller. `Client` runs flows with blocking I/O and
 `AsyncClient` with async I/O, so retries, paging, polling and stream resumption are written
 once, in the flows (the pattern of httpx's own auth flows). A connection failure is thrown
@@ -67,11 +68,21 @@ READ_LINE = ReadLine()
 
 
 @dataclass(frozen=True)
+class ReadChunk:
+    pass
+
+
+READ_CHUNK = ReadChunk()
+# Bytes a download reads at a time: few round trips through the flow, little memory.
+DOWNLOAD_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
 class Item(Generic[T]):
     value: T
 
 
-Step: TypeAlias = Request | Sleep | ReadLine
+Step: TypeAlias = Request | Sleep | ReadLine | ReadChunk
 Flow: TypeAlias = Generator[Step, Any, T]
 IterFlow: TypeAlias = Generator[Step | Item[T], Any, None]
 

@@ -7,7 +7,7 @@ job keeps running: a chatty job must not be able to fill the database.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +19,58 @@ from ampfleet.core.lifecycle import record_event, transition
 from ampfleet.core.models import Job, LogLine, Metric, utcnow
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import JobState
-from ampfleet.workers.rundir import LineTail, RunDir
+from ampfleet.workers.rundir import ForwardedOffsets, LineTail, RecordReader, RunDir
+from ampfleet.workers.series import Point, Points, delete_after, not_stored
 
 METRIC_COLUMNS = ("job_id", "attempt", "step", "name", "value", "time")
 LOG_COLUMNS = ("job_id", "attempt", "rank", "stream", "time", "line")
+MAX_ADOPTION_READS = 10_000  # chunks per file when taking over a dead agent's folder
+_ATTEMPT_FOLDER = re.compile(r"^attempt-(\d+)$")
 
 
-@dataclass
 class AttemptFeed:
-    """Where one attempt's output is read from, and what it said that the agent needs."""
+    """Where one attempt's output is read from, and what it said that the agent needs.
 
-    run_dir: RunDir
-    tails: dict[Path, LineTail] = field(default_factory=dict)
-    preempted_at_step: int | None = None
+    Reading is transactional: what the readers return is stored by the caller's database
+    transaction, and `commit` (after that transaction committed) or `rollback` (after it
+    failed) decides whether the next pass continues after it or reads it again. The
+    committed positions are also written into the folder (ForwardedOffsets), so the agent
+    of a later attempt can store what this one's agent never did.
+    """
+
+    def __init__(self, run_dir: RunDir, records: RecordReader | None = None) -> None:
+        self.run_dir = run_dir
+        self._offsets = ForwardedOffsets(run_dir)
+        self._saved = self._offsets.load()
+        self.records = records or RecordReader(
+            run_dir.events_file, self._saved.get(run_dir.events_file, 0)
+        )
+        self.tails: dict[Path, LineTail] = {}
+        self.preempted_at_step: int | None = None
+        self.adopted: list[AttemptFeed] = []
+        """Earlier attempts' folders whose output this pass stores: they commit with it."""
 
     def new_log_lines(self) -> list[tuple[int, str, bytes]]:
         lines = []
         for rank, stream, path in self.run_dir.rank_logs():
-            tail = self.tails.setdefault(path, LineTail(path))
+            tail = self.tails.setdefault(path, LineTail(path, offset=self._saved.get(path, 0)))
             lines += [(rank, stream, line) for line in tail.read_lines()]
         return lines
+
+    def commit(self) -> None:
+        tails = [self.records, *self.tails.values()]
+        if any(tail.moved for tail in tails):
+            for tail in tails:
+                tail.commit()
+            self._offsets.save(tails)
+        for earlier in self.adopted:
+            earlier.commit()
+        self.adopted.clear()
+
+    def rollback(self) -> None:
+        for tail in (self.records, *self.tails.values()):
+            tail.rollback()
+        self.adopted.clear()  # the replayed records adopt them again
 
 
 def apply_records(
@@ -50,11 +82,14 @@ def apply_records(
     settings: Settings,
 ) -> None:
     now = utcnow()
-    metric_rows: list[tuple[Any, ...]] = []
+    points = Points()
     latest = dict(job.latest_metrics or {})
     for record in records:
         kind = record.get("kind")
         if kind == "started":
+            resumed = int(record.get("resumed_from_step") or 0)
+            delete_after(session, job, resumed)
+            adopt_earlier_attempts(session, job, attempt, resumed, feed, settings)
             transition(
                 session,
                 job.id,
@@ -70,8 +105,11 @@ def apply_records(
             )
         elif kind == "metrics":
             for name, value in record["values"].items():
-                metric_rows.append((job.id, attempt, record["step"], name, float(value), now))
+                points.add(int(record["step"]), name, float(value))
                 latest[name] = float(value)
+        elif kind == "rewound":  # a precision fallback went back to an earlier checkpoint
+            points.rewind(int(record["step"]))
+            delete_after(session, job, int(record["step"]))
         elif kind == "progress":
             job.step = int(record["step"])
             job.total_steps = int(record["total_steps"])
@@ -82,33 +120,82 @@ def apply_records(
         elif kind == "setup":
             job.precision = record["precision"]
             job.allreduce_dtype = record["allreduce_dtype"]
-    if metric_rows:
-        kept = _within_limit(
-            session,
-            job,
-            len(metric_rows),
-            settings.max_metric_points_per_job,
-            used="metric_points",
-            dropped="metric_points_dropped",
-            what="metric points",
-        )
-        insert_rows(session, Metric.__table__, METRIC_COLUMNS, metric_rows[:kept])  # type: ignore[arg-type]
+    if store_points(session, job, attempt, points.items(), settings):
         job.latest_metrics = latest
-        webhooks.metrics_landed(
-            session,
-            project=job.project,
-            job_id=job.id,
-            values=((row[3], row[2], row[4]) for row in metric_rows[:kept]),
-        )
     session.flush()
+
+
+def store_points(
+    session: Session, job: Job, attempt: int, points: list[Point], settings: Settings
+) -> bool:
+    """Stores what fits under the job's limit; whether anything was offered at all."""
+    if not points:
+        return False
+    kept = _within_limit(
+        session,
+        job,
+        len(points),
+        settings.max_metric_points_per_job,
+        used="metric_points",
+        dropped="metric_points_dropped",
+        what="metric points",
+    )
+    now = utcnow()
+    rows = [(job.id, attempt, step, name, value, now) for step, name, value in points[:kept]]
+    insert_rows(session, Metric.__table__, METRIC_COLUMNS, rows)  # type: ignore[arg-type]
+    webhooks.metrics_landed(
+        session,
+        project=job.project,
+        job_id=job.id,
+        values=((name, step, value) for step, name, value in points[:kept]),
+    )
+    return True
+
+
+def adopt_earlier_attempts(
+    session: Session, job: Job, attempt: int, resumed: int, feed: AttemptFeed, settings: Settings
+) -> None:
+    """Store what earlier attempts' folders hold past their agents' last commit.
+
+    An agent killed with its ranks leaves records and log lines on disk that it never
+    stored; the checkpoint this attempt resumed from was published only after they were
+    fsynced. Their points up to `resumed` are stored (skipping any already stored), the
+    later ones are this attempt's to report again; their log lines are stored in full.
+    Folders this node cannot see (runs folders not shared between nodes) stay unread.
+    """
+    job_dir = feed.run_dir.path.parent.parent
+    for folder in sorted(job_dir.glob("attempt-*/node-*")):
+        match = _ATTEMPT_FOLDER.match(folder.parent.name)
+        if match is None or int(match.group(1)) >= attempt or not folder.is_dir():
+            continue
+        earlier = AttemptFeed(RunDir(folder))
+        number = int(match.group(1))
+        points = Points()
+        for _ in range(MAX_ADOPTION_READS):
+            records = earlier.records.read_new()
+            if not records:
+                break
+            for record in records:
+                if record.get("kind") == "metrics":
+                    for name, value in record["values"].items():
+                        points.add(int(record["step"]), name, float(value))
+                elif record.get("kind") == "rewound":
+                    points.rewind(int(record["step"]))
+        missing = not_stored(session, job.id, points.items(up_to=resumed))
+        store_points(session, job, number, missing, settings)
+        for _ in range(MAX_ADOPTION_READS):
+            if not ship_logs(session, job, number, earlier, settings):
+                break
+        feed.adopted.append(earlier)
 
 
 def ship_logs(
     session: Session, job: Job, attempt: int, feed: AttemptFeed, settings: Settings
-) -> None:
+) -> int:
+    """Every rank's new log lines, within the job's volume limit; how many were read."""
     lines = feed.new_log_lines()
     if not lines:
-        return
+        return 0
     now = utcnow()
     limit = settings.max_log_line_bytes
     rows = [
@@ -134,6 +221,7 @@ def ship_logs(
         job.log_lines_dropped += len(rows) - kept
     job.log_bytes += size
     insert_rows(session, LogLine.__table__, LOG_COLUMNS, rows[:kept])  # type: ignore[arg-type]
+    return len(lines)
 
 
 def _within_limit(

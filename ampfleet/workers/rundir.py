@@ -3,6 +3,7 @@
     <runs>/<job_id>/attempt-<n>/node-<node rank>/
         job.json            what to run (written by the agent before launch)
         events.jsonl        rank 0's records: started, metric, progress, event (appended)
+        forwarded.json      how far the node agent has stored each file (see ForwardedOffsets)
         failure-rank<r>.json  why a rank failed, in words a user can act on
         logs/               rank-<r>.stdout / rank-<r>.stderr, launcher.log (torchrun)
         outputs/            files the recipe writes (`output_dir`), listed as artifacts
@@ -15,6 +16,7 @@ agent per node batches every job's metrics into few transactions.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,7 +77,12 @@ class RunDir:
 
 
 class RecordWriter:
-    """Rank 0 appends JSON lines, buffered and flushed at most every `flush_s` seconds."""
+    """Rank 0 appends JSON lines, buffered and flushed at most every `flush_s` seconds.
+
+    `sync` makes every record written so far durable (flushed and fsynced): the loop calls
+    it before it publishes a checkpoint, so no resume point ever covers a step whose records
+    could still be lost with the process or the host.
+    """
 
     def __init__(self, path: Path, flush_s: float) -> None:
         self._file = path.open("a", encoding="utf-8")
@@ -95,44 +102,92 @@ class RecordWriter:
             self._buffer.clear()
         self._last_flush = time.monotonic()
 
-    def close(self) -> None:
+    def sync(self) -> None:
         self.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self.sync()
         self._file.close()
 
 
 class LineTail:
-    """Complete lines appended to a file since the last read (a partial last line waits)."""
+    """Complete lines appended to a file (a partial last line waits), read transactionally.
 
-    def __init__(self, path: Path, max_bytes: int = 1 << 20) -> None:
-        self._path = path
-        self._offset = 0
+    Reads continue from a pending position; `commit` makes it the committed one once what
+    was read is stored, and `rollback` returns to the committed one, so a failed database
+    transaction reads the same lines again instead of forgetting them.
+    """
+
+    def __init__(self, path: Path, max_bytes: int = 1 << 20, offset: int = 0) -> None:
+        self.path = path
+        self.offset = offset
+        """Where the next pass starts: everything before it is stored."""
+        self._pending = offset
         self._max_bytes = max_bytes
 
     def read_lines(self) -> list[bytes]:
         try:
-            with self._path.open("rb") as file:
-                file.seek(self._offset)
+            with self.path.open("rb") as file:
+                file.seek(self._pending)
                 data = file.read(self._max_bytes)
         except FileNotFoundError:
             return []
         end = data.rfind(b"\n") + 1
         if end == 0 and len(data) == self._max_bytes:
             end = len(data)  # one enormous line: take it in pieces rather than stall
-        self._offset += end
+        self._pending += end
         return data[:end].splitlines()
 
+    @property
+    def moved(self) -> bool:
+        return self._pending != self.offset
 
-class RecordReader:
+    def commit(self) -> None:
+        self.offset = self._pending
+
+    def rollback(self) -> None:
+        self._pending = self.offset
+
+
+class RecordReader(LineTail):
     """The agent's side of the records file: JSON lines appended since the last read."""
 
-    def __init__(self, path: Path) -> None:
-        self._tail = LineTail(path, max_bytes=64 << 20)
+    def __init__(self, path: Path, offset: int = 0) -> None:
+        super().__init__(path, max_bytes=64 << 20, offset=offset)
 
     def read_new(self) -> list[dict[str, Any]]:
         records = []
-        for line in self._tail.read_lines():
+        for line in self.read_lines():
             try:
                 records.append(json.loads(line))
             except ValueError:
                 continue
         return records
+
+
+class ForwardedOffsets:
+    """How far each of a folder's files has been stored, kept in the folder itself.
+
+    Whoever forwards a folder writes it after each commit; whoever finds a folder whose
+    forwarder died (the next attempt of the job) continues from it, so output that was on
+    disk but not yet stored is stored once, not lost and not repeated. A crash between a
+    commit and this write repeats at most that one batch.
+    """
+
+    def __init__(self, run_dir: RunDir) -> None:
+        self._file = run_dir.path / "forwarded.json"
+        self._root = run_dir.path
+
+    def load(self) -> dict[Path, int]:
+        try:
+            saved = json.loads(self._file.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {self._root / name: int(offset) for name, offset in saved.items()}
+
+    def save(self, tails: list[LineTail]) -> None:
+        saved = {str(t.path.relative_to(self._root)): t.offset for t in tails}
+        tmp = self._file.with_name(f".{self._file.name}.tmp")
+        tmp.write_text(json.dumps(saved))
+        tmp.replace(self._file)

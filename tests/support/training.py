@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,8 @@ def train_recipe(
     crash_call: int | None = None,
     hyperparameters: dict[str, Any] | None = None,
     seed: int = 0,
+    flush_s: float = 0.0,
+    stop_requested: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """One rank's run; rank 0's records land in out_dir/events.jsonl."""
     torch.manual_seed(seed)
@@ -81,9 +84,9 @@ def train_recipe(
         checkpoint_dir=Path(out_dir) / "checkpoints",
     )
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    writer = RecordWriter(Path(out_dir) / "events.jsonl", 0.0) if rank == 0 else None
+    writer = RecordWriter(Path(out_dir) / "events.jsonl", flush_s) if rank == 0 else None
     try:
-        return Trainer(task, cfg, writer).run()
+        return Trainer(task, cfg, writer, stop_requested).run()
     finally:
         if writer:
             writer.close()

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampfleet.workers.rundir import RecordReader, RecordWriter
+from ampfleet.workers.ingest import AttemptFeed
+from ampfleet.workers.rundir import RecordReader, RecordWriter, RunDir
 from ampfleet.workers.training import checkpoint
 
 
@@ -18,6 +19,37 @@ def test_reader_leaves_partial_lines_for_later(tmp_path: Path) -> None:
     with path.open("a") as file:
         file.write("}\n")
     assert [r["kind"] for r in reader.read_new()] == ["b"]
+
+
+def test_reader_reads_again_what_was_not_committed(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"kind": "a"}\n')
+    reader = RecordReader(path)
+    assert [r["kind"] for r in reader.read_new()] == ["a"]
+    reader.rollback()  # the transaction that stored it failed
+    with path.open("a") as file:
+        file.write('{"kind": "b"}\n')
+    assert [r["kind"] for r in reader.read_new()] == ["a", "b"]
+    assert reader.read_new() == []  # within one pass, reading continues
+    reader.commit()
+    reader.rollback()
+    assert reader.read_new() == []
+
+
+def test_committed_offsets_survive_in_the_folder(tmp_path: Path) -> None:
+    run_dir = RunDir(tmp_path)
+    run_dir.logs_dir.mkdir()
+    run_dir.rank_log(1, "stderr").write_text("one\ntwo\n")
+    run_dir.events_file.write_text('{"kind": "a"}\n')
+    feed = AttemptFeed(run_dir)
+    assert len(feed.records.read_new()) == 1
+    assert len(feed.new_log_lines()) == 2
+    feed.commit()
+    with run_dir.rank_log(1, "stderr").open("a") as log:
+        log.write("three\n")
+    later = AttemptFeed(run_dir)  # say, the next attempt's agent, after this one died
+    assert later.records.read_new() == []
+    assert later.new_log_lines() == [(1, "stderr", b"three")]
 
 
 def test_writer_flushes_on_close(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from ampfleet.core.lifecycle import record_event, transition
 from ampfleet.core.models import Job, JobEvent, Project
 from ampfleet.core.recipes import UnknownRecipeError, get_recipe
 from ampfleet.core.spec import JobSpec, Precision, Priority
-from ampfleet.core.states import JobState
+from ampfleet.core.states import ACTIVE_STATES, WAITING_STATES, JobState
 from ampfleet.core.validation import describe_invalid, dotted
 
 
@@ -196,13 +196,11 @@ def cancel(session: Session, job_id: str, principal: Principal) -> Job:
         return job
     if state.is_terminal():
         raise ConflictError(f"job {job_id} is already {state.value}")
-    unplaced = {JobState.QUEUED, JobState.RESTARTING, JobState.PREEMPTED}
     for target, sources in (
-        (JobState.CANCELLED, unplaced),
-        (
-            JobState.CANCELLING,
-            {JobState.SCHEDULED, JobState.STARTING, JobState.RUNNING},
-        ),
+        (JobState.CANCELLED, WAITING_STATES),
+        # A preempted job's ranks may still be checkpointing: it holds its slots until
+        # they have exited, like any placed job being cancelled.
+        (JobState.CANCELLING, ACTIVE_STATES | {JobState.PREEMPTED}),
     ):
         if transition(
             session,

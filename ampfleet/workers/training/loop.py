@@ -341,6 +341,7 @@ class Trainer:
         # is written inside a streak, and one exists from step 0 on: see `_run`).
         self.step = self._resume()
         self.batches = self.micro_batches(start=self.step * self.task.grad_accum_steps)
+        self._record("rewound", step=self.step)  # the steps after it are reported again
         self._record(
             "event",
             reason="precision_fallback",
@@ -410,6 +411,10 @@ class Trainer:
                     "backend": self.cfg.backend,
                 },
             }
+        if self.writer is not None:
+            # A resumed attempt never reports the steps a checkpoint covers again: their
+            # records must be on disk before it can become the resume point.
+            self.writer.sync()
         checkpoint.save(
             self.cfg.checkpoint_dir,
             self.step,
