@@ -49,6 +49,8 @@ class AttemptFeed:
         self.preempted_at_step: int | None = None
         self.adopted: list[AttemptFeed] = []
         """Earlier attempts' folders whose output this pass stores: they commit with it."""
+        self.artifacts: list[dict[str, Any]] = []
+        """`artifact` records read: the uploader takes them once the pass committed."""
 
     def new_log_lines(self) -> list[tuple[int, str, bytes]]:
         lines = []
@@ -71,6 +73,11 @@ class AttemptFeed:
         for tail in (self.records, *self.tails.values()):
             tail.rollback()
         self.adopted.clear()  # the replayed records adopt them again
+        self.artifacts.clear()  # read again with the records
+
+    def take_artifacts(self) -> list[dict[str, Any]]:
+        taken, self.artifacts = self.artifacts, []
+        return taken
 
 
 def apply_records(
@@ -117,6 +124,8 @@ def apply_records(
             record_event(session, job, record["reason"], record["message"])
         elif kind == "preempted":
             feed.preempted_at_step = int(record["step"])
+        elif kind == "artifact":  # uploaded and listed by the agent, off this transaction
+            feed.artifacts.append(record)
         elif kind == "setup":
             job.precision = record["precision"]
             job.allreduce_dtype = record["allreduce_dtype"]

@@ -42,8 +42,12 @@ class Fleet:
         start_schedulers: int = 1,
         cpu_slots: int = 2,
         extra_env: dict[str, str] | None = None,
+        node_data_dirs: bool = False,
     ) -> None:
+        """`node_data_dirs`: each worker gets its own data dir (runs, checkpoints) under
+        `root/nodes/<node>`, as on separate hosts with no shared disk."""
         self.root = root
+        self.node_data_dirs = node_data_dirs
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.node_names = nodes
@@ -81,7 +85,13 @@ class Fleet:
         self._spawn(name, ["scheduler"])
 
     def start_worker(self, node: str) -> None:
-        self._spawn(f"worker-{node}", ["worker"], {**self.env, "AMPFLEET_NODE_NAME": node})
+        env = {**self.env, "AMPFLEET_NODE_NAME": node}
+        if self.node_data_dirs:
+            env["AMPFLEET_DATA_DIR"] = str(self.node_data_dir(node))
+        self._spawn(f"worker-{node}", ["worker"], env)
+
+    def node_data_dir(self, node: str) -> Path:
+        return self.root / "nodes" / node if self.node_data_dirs else self.root / "var"
 
     def start(self) -> Fleet:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from ampfleet.core.artifact_names import checkpoint_name
+
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
 
@@ -50,6 +52,19 @@ def save(directory: Path, step: int, state: dict[str, Any], *, rank: int, keep_l
             {"format": FORMAT_VERSION, "step": step, **state}, checkpoint_path(directory, step)
         )
         prune(directory, keep_last)
+
+
+def artifact_record(directory: Path, step: int, lineage: dict[str, Any]) -> dict[str, Any]:
+    """Rank 0's `artifact` record of the checkpoint at `step`, once every rank's files of it
+    are written: the node agent uploads them as one object, listed with `lineage`."""
+    paths = [*sorted(directory.glob(f"rng-{step:09d}-rank*.pt")), checkpoint_path(directory, step)]
+    return {
+        "artifact_kind": "checkpoint",
+        "name": checkpoint_name(step),
+        "paths": [str(path) for path in paths],
+        "step": step,
+        "details": lineage,
+    }
 
 
 def steps_available(directory: Path) -> list[int]:

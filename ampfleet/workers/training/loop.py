@@ -423,6 +423,10 @@ class Trainer:
             keep_last=self.cfg.keep_last_checkpoints,
         )
         dist.barrier()  # nobody moves on (or exits) until the checkpoint is complete
+        if self.writer is not None:  # every rank's files are in place: the agent uploads them
+            lineage = {**state["setup"], "strategy": "ddp"}
+            record = checkpoint.artifact_record(self.cfg.checkpoint_dir, self.step, lineage)
+            self._record("artifact", **record)
 
     def _resume(self) -> int:
         path = checkpoint.latest(self.cfg.checkpoint_dir)

@@ -1,0 +1,153 @@
+"""The node agent's uploader and restore, on PostgreSQL and SQLite, each with both stores:
+checkpoints listed with their lineage once their object is whole, keep-last-K applied to rows
+and objects, idempotent listing, failures reported, and a node that lacks the checkpoint
+getting it from the store."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from ampfleet.core.artifact_names import checkpoint_name
+from ampfleet.core.artifacts import get_store, object_key
+from ampfleet.core.db import session_scope
+from ampfleet.core.models import Artifact, JobEvent
+from ampfleet.core.settings import get_settings
+from ampfleet.core.states import JobState
+from ampfleet.workers.rundir import RunDir
+from ampfleet.workers.training.checkpoint import artifact_record
+from ampfleet.workers.uploads import ArtifactUploader
+from tests.support.env import environment
+from tests.support.jobs import insert_job
+
+LINEAGE = {"precision": "bf16", "allreduce_dtype": "bf16", "world_size": 2, "strategy": "ddp"}
+
+
+@pytest.fixture
+def uploader(backend: str, store_environment: dict[str, str]) -> Iterator[ArtifactUploader]:
+    with environment({**store_environment, "AMPFLEET_CHECKPOINT_UPLOAD_TIMEOUT_S": "0.5"}):
+        agent_uploads = ArtifactUploader(get_settings())
+        agent_uploads.start()
+        yield agent_uploads
+        agent_uploads.stop(timeout=30)
+
+
+def _write_checkpoint(folder: Path, step: int) -> dict[str, Any]:
+    """The files the loop writes for a step on two ranks, and rank 0's record of them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in (0, 1):
+        (folder / f"rng-{step:09d}-rank{rank}.pt").write_bytes(f"rng {step} {rank}".encode())
+    (folder / f"ckpt-{step:09d}.pt").write_bytes(f"model {step}".encode() * 50_000)
+    return {"kind": "artifact", **artifact_record(folder, step, LINEAGE)}
+
+
+def _settle(uploader: ArtifactUploader, key: tuple[str, int]) -> None:
+    deadline = time.monotonic() + 60
+    while not uploader.settled(key):
+        assert time.monotonic() < deadline, "uploads did not settle"
+        time.sleep(0.05)
+
+
+def _rows(job_id: str) -> list[Artifact]:
+    with session_scope() as session:
+        rows = session.scalars(
+            select(Artifact).where(Artifact.job_id == job_id).order_by(Artifact.name)
+        ).all()
+        session.expunge_all()
+        return list(rows)
+
+
+def _run_dir(root: Path, checkpoint_dir: Path) -> RunDir:
+    run_dir = RunDir(root)
+    root.mkdir(parents=True)
+    run_dir.job_file.write_text(json.dumps({"checkpoint_dir": str(checkpoint_dir)}))
+    return run_dir
+
+
+def test_checkpoints_are_listed_pruned_and_restored(
+    uploader: ArtifactUploader, tmp_path: Path
+) -> None:
+    job_id = insert_job(state=JobState.RUNNING, attempt=1)  # keep_last is 2
+    folder = tmp_path / "node-a" / job_id
+    records = [_write_checkpoint(folder, step) for step in (10, 20, 30)]
+    uploader.submit((job_id, 1), records)
+    _settle(uploader, (job_id, 1))
+
+    rows = _rows(job_id)
+    assert [(r.name, r.step, r.kind, r.attempt) for r in rows] == [
+        (checkpoint_name(20), 20, "checkpoint", 1),
+        (checkpoint_name(30), 30, "checkpoint", 1),
+    ]
+    assert rows[1].details == {
+        **LINEAGE,
+        "files": ["ckpt-000000030.pt", "rng-000000030-rank0.pt", "rng-000000030-rank1.pt"],
+    }
+    assert rows[1].content_type == "application/x-tar"
+    store = get_store()
+    assert sorted(store.keys()) == sorted(object_key(r.sha256) for r in rows)
+    assert store.size(object_key(rows[1].sha256)) == rows[1].size
+    assert not list(folder.glob(".upload-*"))  # the temp tars are gone
+
+    # Another node, with no shared disk: it gets step 30 from the store, once.
+    elsewhere = tmp_path / "node-b" / job_id
+    run_dir = _run_dir(tmp_path / "node-b" / "run", elsewhere)
+    assert sorted(uploader.restore(run_dir, job_id)) == rows[1].details["files"]
+    for name in rows[1].details["files"]:
+        assert (elsewhere / name).read_bytes() == (folder / name).read_bytes()
+    assert sorted(p.name for p in elsewhere.iterdir()) == rows[1].details["files"]
+    assert uploader.restore(run_dir, job_id) == []
+
+
+def test_listing_is_idempotent_and_a_job_without_checkpoints_restores_nothing(
+    uploader: ArtifactUploader, tmp_path: Path
+) -> None:
+    job_id = insert_job(state=JobState.RUNNING, attempt=1)
+    run_dir = _run_dir(tmp_path / "run", tmp_path / "ckpt")
+    assert uploader.restore(run_dir, job_id) == []
+
+    model = tmp_path / "model.safetensors"
+    model.write_bytes(b"weights" * 1000)
+    record = {
+        "kind": "artifact",
+        "artifact_kind": "model",
+        "name": "model.safetensors",
+        "paths": [str(model)],
+        "step": 20,
+        "details": {"dtype": "float32"},
+    }
+    uploader.submit((job_id, 1), [record, record])  # a replayed record
+    _settle(uploader, (job_id, 1))
+    uploader.submit((job_id, 1), [record])
+    _settle(uploader, (job_id, 1))
+    [row] = _rows(job_id)
+    assert (row.name, row.kind, row.size) == ("model.safetensors", "model", 7000)
+    assert len(list(get_store().keys())) == 1
+
+
+def test_a_failed_upload_is_a_job_event(uploader: ArtifactUploader, tmp_path: Path) -> None:
+    job_id = insert_job(state=JobState.RUNNING, attempt=1)
+    (tmp_path / "not-a-file").mkdir()
+    record = {
+        "kind": "artifact",
+        "artifact_kind": "output",
+        "name": "outputs/x",
+        "paths": [str(tmp_path / "not-a-file")],
+        "step": None,
+    }
+    uploader.submit((job_id, 1), [record])
+    _settle(uploader, (job_id, 1))
+    assert _rows(job_id) == []
+    with session_scope() as session:
+        events = session.scalars(
+            select(JobEvent.message).where(
+                JobEvent.job_id == job_id, JobEvent.reason == "artifact_upload_failed"
+            )
+        ).all()
+    assert len(events) == 1
+    assert "outputs/x could not be stored" in events[0]
