@@ -1,7 +1,8 @@
 """`ampfleet submit|status|list|logs|cancel|metrics|keys`: the API from a shell, through the
-SDK. Every command takes `--url` and `--key` (defaults: AMPFLEET_URL, AMPFLEET_API_KEY, then
-the admin key file in AMPFLEET_DATA_DIR, `var/admin.key` by default). An error answer prints
-its message and offending fields, and exits 1."""
+SDK (`artifacts` and `download` live in cli_artifacts.py). Every command takes `--url` and
+`--key` (defaults: AMPFLEET_URL, AMPFLEET_API_KEY, then the admin key file in
+AMPFLEET_DATA_DIR, `var/admin.key` by default). An error answer prints its message and
+offending fields, and exits 1."""
 
 from __future__ import annotations
 
@@ -400,3 +401,6 @@ def register(app: typer.Typer) -> None:
     ):
         app.command(name, rich_help_panel=PANEL)(command)
     app.add_typer(keys_app, name="keys", rich_help_panel=PANEL)
+    from ampfleet import cli_artifacts  # here: it builds on this module's helpers
+
+    cli_artifacts.register(app)

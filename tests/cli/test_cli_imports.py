@@ -10,7 +10,17 @@ import sys
 import pytest
 
 SERVER_COMMANDS = ["api", "scheduler", "worker", "up", "migrate", "bootstrap-key"]
-CLIENT_COMMANDS = ["submit", "status", "list", "logs", "cancel", "metrics", "keys"]
+CLIENT_COMMANDS = [
+    "submit",
+    "status",
+    "list",
+    "logs",
+    "cancel",
+    "metrics",
+    "keys",
+    "artifacts",
+    "download",
+]
 
 # In a fresh interpreter: the help of one command, then its arguments parsed as a run would
 # (without running it), then which of the SDK's modules were imported on the way.

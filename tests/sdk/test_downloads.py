@@ -1,0 +1,139 @@
+"""The SDK's downloads against a real uvicorn: whole, resumed after a cut connection,
+continued from a part file, and refused (no file left) when the bytes do not verify."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from ampfleet import AsyncClient, Client
+from ampfleet.core.artifacts import get_store
+from ampfleet.sdk import DownloadCorrupted, NotFound
+from tests.api.test_artifacts_api import add_artifact
+from tests.conftest import KeyFactory
+from tests.factories import job_spec
+from tests.sdk.cutting_proxy import CuttingProxy
+from tests.support.fleet import free_port
+
+BLOB = os.urandom(5 * 1024 * 1024 + 3)
+SHA = hashlib.sha256(BLOB).hexdigest()
+MANIFEST = b'{"format": 1}'
+
+
+@contextmanager
+def serving(app: FastAPI) -> Iterator[str]:
+    """uvicorn on loopback in this process, so the test's database and store are the API's."""
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+
+
+@pytest.fixture
+def api(app: FastAPI, make_key: KeyFactory, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A live API; a job with a model, its manifest and a checkpoint; a read key of its project."""
+    with serving(app) as base_url, Client(base_url, make_key("alpha", "write")) as writer:
+        job = writer.submit(job_spec()).model_dump(mode="json")
+        add_artifact(tmp_path, job, "model.safetensors", "model", BLOB, 20)
+        add_artifact(tmp_path, job, "manifest.json", "model", MANIFEST, 20)
+        add_artifact(tmp_path, job, "checkpoint-000000020", "checkpoint", BLOB[:70000], 20)
+        yield {"url": base_url, "key": make_key("alpha", "read"), "job_id": job["id"]}
+
+
+def test_the_model_downloads_verified_with_progress(api: dict[str, Any], tmp_path: Path) -> None:
+    seen: list[tuple[str, int, int]] = []
+    with Client(api["url"], api["key"]) as client:
+        assert [a.name for a in client.artifacts(api["job_id"])] == [
+            "model.safetensors",
+            "manifest.json",
+            "checkpoint-000000020",
+        ]
+        paths = client.download(
+            api["job_id"], "model", to=tmp_path / "out", progress=lambda *a: seen.append(a)
+        )
+        assert client.checkpoints(api["job_id"])[0].step == 20
+        with pytest.raises(NotFound):
+            client.download(api["job_id"], "nope.bin", to=tmp_path / "out")
+    assert paths == [tmp_path / "out" / "model.safetensors", tmp_path / "out" / "manifest.json"]
+    assert paths[0].read_bytes() == BLOB
+    assert paths[1].read_bytes() == MANIFEST
+    assert seen[-1] == ("manifest.json", len(MANIFEST), len(MANIFEST))
+    assert ("model.safetensors", len(BLOB), len(BLOB)) in seen
+    assert not list((tmp_path / "out").glob("*.part"))
+
+
+def test_a_cut_connection_resumes_with_range_to_the_same_sha256(
+    api: dict[str, Any], tmp_path: Path
+) -> None:
+    port = int(api["url"].rsplit(":", 1)[1])
+    proxy = CuttingProxy(port, cut_after_bytes=2 * 1024 * 1024)
+    try:
+        with Client(proxy.url, api["key"]) as client:
+            [path, _] = client.download(api["job_id"], "model", to=tmp_path)
+    finally:
+        proxy.close()
+    assert proxy.connections >= 2  # the first one was cut mid-body
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == SHA
+
+
+def test_a_part_file_continues_and_a_stale_one_is_replaced(
+    api: dict[str, Any], tmp_path: Path
+) -> None:
+    part = tmp_path / "model.safetensors.part"
+    part.write_bytes(BLOB[:1_000_000])
+    resumed: list[int] = []
+    with Client(api["url"], api["key"]) as client:
+        client.download(
+            api["job_id"],
+            "model.safetensors",
+            to=tmp_path,
+            progress=lambda _n, done, _t: resumed.append(done),
+        )
+        assert resumed[0] > 1_000_000  # it went on from the part, not from the start
+        assert (tmp_path / "model.safetensors").read_bytes() == BLOB
+        part.write_bytes(b"not these bytes" * 1000)  # a part of something else
+        (tmp_path / "model.safetensors").unlink()
+        client.download(api["job_id"], "model.safetensors", to=tmp_path)
+    assert (tmp_path / "model.safetensors").read_bytes() == BLOB
+    assert not part.exists()
+
+
+def test_bytes_that_do_not_verify_leave_no_file(api: dict[str, Any], tmp_path: Path) -> None:
+    # Damage the stored object in place (same length, other bytes): the API serves them.
+    store_file = Path(get_store().root) / "sha256" / SHA  # type: ignore[attr-defined]
+    store_file.write_bytes(bytes(len(BLOB)))
+    with Client(api["url"], api["key"]) as client, pytest.raises(DownloadCorrupted):
+        client.download(api["job_id"], "model.safetensors", to=tmp_path)
+    assert list(tmp_path.glob("model.safetensors*")) == []
+
+
+def test_async_client_downloads_a_checkpoint(api: dict[str, Any], tmp_path: Path) -> None:
+    async def fetch() -> Path:
+        async with AsyncClient(api["url"], api["key"]) as client:
+            assert [c.step for c in await client.checkpoints(api["job_id"])] == [20]
+            return await client.download_checkpoint(api["job_id"], 20, to=tmp_path)
+
+    path = asyncio.run(fetch())
+    assert path == tmp_path / "checkpoint-000000020.tar"
+    assert path.read_bytes() == BLOB[:70000]
