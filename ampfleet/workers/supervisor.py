@@ -64,7 +64,7 @@ class RunningAttempt:
     feed: AttemptFeed = field(init=False)
 
     def __post_init__(self) -> None:
-        self.feed = AttemptFeed(self.request.run_dir)
+        self.feed = AttemptFeed(self.request.run_dir, self.reader)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -179,16 +179,24 @@ class Supervisor:
             return
         finished = [a for a in self._running.values() if a.process.poll() is not None]
         ended_keys: list[tuple[str, int]] = []
-        with session_scope() as session:
+        try:
+            with session_scope() as session:
+                for attempt in self._running.values():
+                    self._forward(session, attempt)
+                states = self._current_states(session)
+                for attempt in self._running.values():
+                    if attempt.process.poll() is None:
+                        self._check_should_stop(attempt, states.get(attempt.request.job_id))
+                for attempt in finished:
+                    self._record_outcome(session, attempt)
+                    ended_keys.append(attempt.key)
+        except BaseException:
+            # Nothing read in this pass was stored: the next pass reads it again.
             for attempt in self._running.values():
-                self._forward(session, attempt)
-            states = self._current_states(session)
-            for attempt in self._running.values():
-                if attempt.process.poll() is None:
-                    self._check_should_stop(attempt, states.get(attempt.request.job_id))
-            for attempt in finished:
-                self._record_outcome(session, attempt)
-                ended_keys.append(attempt.key)
+                attempt.feed.rollback()
+            raise
+        for attempt in self._running.values():
+            attempt.feed.commit()
         for key in ended_keys:
             self._running.pop(key).launcher_log.close()
         if ended_keys:
@@ -242,14 +250,15 @@ class Supervisor:
     # -- records and outcomes -------------------------------------------------------------
 
     def _forward(self, session: Session, attempt: RunningAttempt) -> None:
-        """Rank 0's new records and every rank's new log lines, into this transaction."""
-        records = attempt.reader.read_new()
-        if records:
-            attempt.last_news = time.monotonic()
+        """Rank 0's new records and every rank's new log lines, into this transaction (the
+        feed moves past them only once it commits: see `_sync`)."""
         request = attempt.request
         job = session.get(Job, request.job_id)
         if job is None or job.attempt != request.attempt:
-            return
+            return  # fenced out: left unread, for the next attempt to adopt what it covers
+        records = attempt.reader.read_new()
+        if records:
+            attempt.last_news = time.monotonic()
         apply_records(session, job, request.attempt, records, attempt.feed, self.settings)
         ship_logs(session, job, request.attempt, attempt.feed, self.settings)
 
