@@ -49,6 +49,12 @@ class Settings(BaseSettings):
     node_name: str = Field(default_factory=socket.gethostname)
     node_address: str = Field("127.0.0.1", description="Address other nodes use for rendezvous.")
     node_cpu_slots: int = Field(2, ge=1, description="Rank slots on a node without GPUs.")
+    node_memory_mb: int | None = Field(
+        None,
+        ge=64,
+        description="Memory the node offers its ranks (each slot a share); unset: detected, "
+        "RAM or its cgroup limit on CPU nodes, GPU memory on GPU nodes.",
+    )
     node_labels: dict[str, str] = Field(default_factory=dict)
     heartbeat_interval_s: float = Field(2.0, gt=0)
     node_timeout_s: float = Field(30.0, gt=0, description="A node silent this long is dead.")
@@ -66,12 +72,6 @@ class Settings(BaseSettings):
     scheduler_poll_s: float = Field(2.0, gt=0, description="Pass interval when nobody wakes it.")
     start_timeout_s: float = Field(
         120.0, gt=0, description="SCHEDULED/STARTING longer is requeued."
-    node_memory_mb: int | None = Field(
-        None,
-        ge=64,
-        description="Memory the node offers its ranks (each slot a share); unset: detected, "
-        "RAM or its cgroup limit on CPU nodes, GPU memory on GPU nodes.",
-    )
     )
     cancel_grace_s: float = Field(5.0, ge=0, description="SIGTERM to SIGKILL delay on cancel.")
     stall_timeout_s: float = Field(
