@@ -32,6 +32,7 @@ from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
 from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs
 from ampfleet.workers.launch import torchrun_args
 from ampfleet.workers.rundir import RecordReader, RunDir
+from ampfleet.workers.uploads import ArtifactUploader
 
 log = logging.getLogger(__name__)
 # The states a launched attempt's ranks may end from, by exiting on their own.
@@ -62,6 +63,9 @@ class RunningAttempt:
     stop_reason: str | None = None  # cancel | timeout | superseded | preempt | stalled
     kill_at: float | None = None
     feed: AttemptFeed = field(init=False)
+    exited_at: float | None = None
+    drained: bool = False
+    """A pass that began after the ranks exited has read and committed all they wrote."""
 
     def __post_init__(self) -> None:
         self.feed = AttemptFeed(self.request.run_dir, self.reader)
@@ -79,12 +83,17 @@ class Supervisor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._last_sync = 0.0
+        self.uploads = ArtifactUploader(settings)
 
     def start(self) -> None:
+        self.uploads.start()
         self._thread.start()
 
     def launch(self, request: LaunchRequest) -> None:
-        self._requests.put(request)
+        """Launches once this node holds the job's latest stored checkpoint."""
+        self.uploads.restore_then(
+            request.run_dir, request.job_id, lambda: self._requests.put(request)
+        )
 
     def shutdown(self) -> None:
         """Preempt every attempt (they checkpoint and go back to the queue), then stop."""
@@ -105,6 +114,7 @@ class Supervisor:
             time.sleep(0.1)
         self._stop.set()
         self._thread.join(timeout=10)
+        self.uploads.stop(timeout=10)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -177,7 +187,8 @@ class Supervisor:
         """One transaction for every attempt on this node: records in, decisions out."""
         if not self._running:
             return
-        finished = [a for a in self._running.values() if a.process.poll() is not None]
+        exited = [a for a in self._running.values() if a.process.poll() is not None]
+        finished = [a for a in exited if self._ready_to_end(a)]
         ended_keys: list[tuple[str, int]] = []
         try:
             with session_scope() as session:
@@ -197,10 +208,28 @@ class Supervisor:
             raise
         for attempt in self._running.values():
             attempt.feed.commit()
+            self.uploads.submit(attempt.key, attempt.feed.take_artifacts())
+        for attempt in exited:
+            attempt.drained = True
         for key in ended_keys:
             self._running.pop(key).launcher_log.close()
         if ended_keys:
             wake_scheduler()  # slots were freed
+
+    def _ready_to_end(self, attempt: RunningAttempt) -> bool:
+        """Whether to record how an exited attempt ended: once all it wrote was read and
+        its uploads are done (a job is SUCCEEDED with its model listed, requeued with its
+        last checkpoint in the store), or it waited for them long enough."""
+        now = time.monotonic()
+        attempt.exited_at = attempt.exited_at or now
+        if not attempt.drained:
+            return False
+        if self.uploads.settled(attempt.key):
+            return True
+        if now - attempt.exited_at < self.settings.checkpoint_upload_timeout_s:
+            return False
+        log.warning("%s attempt %s ends with artifact uploads still pending", *attempt.key)
+        return True
 
     def _current_states(self, session: Session) -> dict[str, tuple[str, int]]:
         ids = [a.request.job_id for a in self._running.values()]
