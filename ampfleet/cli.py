@@ -19,6 +19,7 @@ import typer.main
 from typer.core import TyperGroup
 
 from ampfleet.core.logs import configure_logging
+from ampfleet.core.private_files import make_process_private, write_private_text
 from ampfleet.core.roles import Role
 from ampfleet.core.settings import ADMIN_KEY_FILE_NAME, get_settings
 
@@ -53,8 +54,10 @@ class _Commands(TyperGroup):
         return super().resolve_command(ctx, args)
 
 
-def configure_logging_for(role: str) -> None:
+def start_server_process(role: str) -> None:
+    """Every server command starts here: private files, then its logging."""
     settings = get_settings()
+    make_process_private(settings.data_dir)
     configure_logging(role, settings.log_level, settings.log_format)
 
 
@@ -68,7 +71,7 @@ def migrate() -> None:
     """Apply database migrations (Alembic) up to the latest revision."""
     from ampfleet.core.migrate import upgrade
 
-    configure_logging_for("migrate")
+    start_server_process("migrate")
     upgrade(get_settings().effective_database_url)
     typer.echo("database is at the latest revision")
 
@@ -112,8 +115,7 @@ def _ensure_admin_key_file() -> None:
             name="bootstrap",
             pepper=settings.secret_key,
         )
-    path.touch(mode=0o600, exist_ok=True)
-    path.write_text(key + "\n")
+    write_private_text(path, key + "\n")
     typer.echo(f"created an admin API key in {path}")
 
 
@@ -126,7 +128,7 @@ def api(
     import uvicorn
 
     settings = get_settings()
-    configure_logging_for("api")
+    start_server_process("api")
     uvicorn.run(
         "ampfleet.api.app:create_app",
         factory=True,
@@ -143,7 +145,7 @@ def scheduler() -> None:
     from ampfleet.scheduler.loop import Scheduler
     from ampfleet.scheduler.webhook_dispatch import WebhookDispatcher
 
-    configure_logging_for("scheduler")
+    start_server_process("scheduler")
     instance = Scheduler()
     dispatcher = WebhookDispatcher(get_settings())
     dispatcher.start()
@@ -162,7 +164,7 @@ def worker() -> None:
     """Run this node: its agent and a Celery worker on the node's own queue."""
     from ampfleet.workers.main import run_worker
 
-    configure_logging_for("worker")
+    start_server_process("worker")
     run_worker()
 
 
@@ -171,9 +173,8 @@ def up() -> None:
     """All in one: migrate, then the api, the scheduler and one local worker node."""
     from ampfleet.core.migrate import upgrade
 
-    configure_logging_for("up")
+    start_server_process("up")
     settings = get_settings()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.effective_database_url)
     _ensure_admin_key_file()
     roles = ("api", "scheduler", "worker")

@@ -25,6 +25,9 @@ from tests.support.seaweedfs import S3Server, running_seaweedfs
 from tests.support.services import ensure_services
 
 TABLES = (
+    "webhook_deliveries",
+    "webhooks",
+    "log_lines",
     "artifacts",
     "metrics",
     "job_events",

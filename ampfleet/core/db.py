@@ -15,7 +15,11 @@ from ampfleet.core.settings import get_settings
 
 def make_engine(url: str, *, read_only: bool = False) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        engine = create_engine(
+            url,
+            connect_args={"timeout": 30, "check_same_thread": False},
+            hide_parameters=True,  # see below
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         if read_only:
             # A write through a read session is a bug; make it fail loudly, at once.
@@ -26,7 +30,10 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
         begin = "BEGIN" if read_only else "BEGIN IMMEDIATE"
         event.listen(engine, "begin", lambda conn: conn.exec_driver_sql(begin))
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # SQL parameters may hold secrets (sealed ones too): errors and logs show the statement only.
+    return create_engine(
+        url, pool_pre_ping=True, pool_size=10, max_overflow=20, hide_parameters=True
+    )
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -18,6 +18,7 @@ from sqlalchemy import or_, select, update
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Webhook, WebhookDelivery, utcnow
 from ampfleet.core.netguard import RefusedTargetError, Resolver, pin, system_resolver
+from ampfleet.core.sealing import UnsealError, unseal
 from ampfleet.core.settings import Settings
 from ampfleet.core.webhooks import sign
 
@@ -30,13 +31,14 @@ MAX_BACKOFF_S = 3600.0
 class Claimed:
     id: int
     url: str
-    secret: str
+    secret: str | None
+    """None when the stored secret cannot be opened with this server's key."""
     event: str
     payload: dict[str, Any]
     attempts: int
 
 
-def claim(limit: int) -> list[Claimed]:
+def claim(limit: int, secret_key: str) -> list[Claimed]:
     now = utcnow()
     with session_scope() as session:
         due = (
@@ -59,14 +61,22 @@ def claim(limit: int) -> list[Claimed]:
         if not ids:
             return []
         rows = session.execute(
-            select(WebhookDelivery, Webhook.url, Webhook.secret)
+            select(WebhookDelivery, Webhook.id, Webhook.url, Webhook.secret)
             .join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
             .where(WebhookDelivery.id.in_(ids))
             .order_by(WebhookDelivery.id)
         ).all()
         return [
-            Claimed(d.id, url, secret, d.event, d.payload, d.attempts) for d, url, secret in rows
+            Claimed(d.id, url, _opened(sealed, hook_id, secret_key), d.event, d.payload, d.attempts)
+            for d, hook_id, url, sealed in rows
         ]
+
+
+def _opened(sealed: str, webhook_id: str, secret_key: str) -> str | None:
+    try:
+        return unseal(sealed, row_id=webhook_id, secret_key=secret_key)
+    except UnsealError:
+        return None
 
 
 def send(
@@ -82,6 +92,8 @@ def send(
         target = pin(delivery.url, allow_private=settings.webhook_allow_private, resolve=resolve)
     except RefusedTargetError as exc:
         return None, str(exc)
+    if delivery.secret is None:
+        return None, "the webhook's secret cannot be opened: AMPFLEET_SECRET_KEY has changed"
     body = json.dumps(delivery.payload, sort_keys=True, separators=(",", ":")).encode()
     timestamp = int(time.time())
     headers = {
@@ -131,7 +143,7 @@ def deliver_due(
     limit: int = 20,
     resolve: Resolver = system_resolver,
 ) -> int:
-    deliveries = claim(limit)
+    deliveries = claim(limit, settings.secret_key)
     for delivery in deliveries:
         code, error = send(client, delivery, settings, resolve)
         record(delivery, code, error, settings)

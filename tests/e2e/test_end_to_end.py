@@ -7,6 +7,7 @@ from sqlalchemy import create_engine, func, select
 
 from ampfleet.core.models import Metric
 from tests.factories import job_spec
+from tests.support.files import readable_by_others
 from tests.support.fleet import Fleet, rank_processes
 
 pytestmark = pytest.mark.e2e
@@ -53,6 +54,8 @@ def test_digits_two_ranks_bf16_to_succeeded(fleet: Fleet) -> None:
     assert series["val_accuracy"][-1]["value"] >= 0.9
     assert metric_rows(fleet, job["id"]) >= 200 * 5
     assert rank_processes(job["id"]) == []
+    # Run folders, rank logs, checkpoints (and the embedded database): the owner's alone.
+    assert readable_by_others(fleet.root / "var") == []
 
 
 def test_cancel_stops_every_rank(fleet: Fleet) -> None:

@@ -18,6 +18,7 @@ from ampfleet.api.errors import NotFoundError, UnprocessableError, responses
 from ampfleet.core.ids import new_id
 from ampfleet.core.models import Webhook, WebhookDelivery
 from ampfleet.core.netguard import refuse_reason
+from ampfleet.core.sealing import seal
 from ampfleet.core.settings import get_settings
 from ampfleet.core.spec import SafeName
 from ampfleet.core.states import JobState
@@ -114,14 +115,16 @@ def create_webhook(
 ) -> CreatedWebhook:
     project = body.project or principal.project
     principal.check_can_write(project)
-    refusal = refuse_reason(body.url, allow_private=get_settings().webhook_allow_private)
+    settings = get_settings()
+    refusal = refuse_reason(body.url, allow_private=settings.webhook_allow_private)
     if refusal:
         raise UnprocessableError.for_field("url", refusal)
+    webhook_id, secret = new_id("wh"), secrets.token_hex(32)
     webhook = Webhook(
-        id=new_id("wh"),
+        id=webhook_id,
         project=project,
         url=body.url,
-        secret=secrets.token_hex(32),
+        secret=seal(secret, row_id=webhook_id, secret_key=settings.secret_key),
         states=[str(s) for s in body.states],
         metric_thresholds=[t.model_dump() for t in body.metric_thresholds],
         active=True,
@@ -130,7 +133,7 @@ def create_webhook(
     session.flush()
     forget_subscribers(project)
     out = WebhookOut.model_validate(webhook, from_attributes=True)
-    return CreatedWebhook(**out.model_dump(), secret=webhook.secret)
+    return CreatedWebhook(**out.model_dump(), secret=secret)
 
 
 @router.get("", response_model=WebhookList, responses=responses(401), summary="List webhooks")
