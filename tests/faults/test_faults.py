@@ -15,6 +15,7 @@ from sqlalchemy import create_engine, func, select
 
 from ampfleet.core.models import Allocation, JobEvent, OutboxMessage
 from tests.factories import job_spec
+from tests.faults.reported import count_reported
 from tests.support.env import environment
 from tests.support.fleet import Fleet, placed_on, rank_processes, transitions
 from tests.support.private_services import private_postgres, private_redis
@@ -52,6 +53,11 @@ def test_worker_killed_mid_training_requeues_and_finishes_from_checkpoint(make_f
     assert ("RUNNING", "RESTARTING", "node_lost") in history
     resumed = [e for e in fleet.events(job["id"]) if e["to_state"] == "RUNNING"][-1]
     assert int(re.search(r"resumed at step (\d+)", resumed["message"]).group(1)) >= 300
+    # What the dead agent never stored is adopted from its folder; what came after the
+    # checkpoint is reported again by the resumed attempt, and stored once.
+    reported = count_reported(fleet.env["AMPFLEET_DATABASE_URL"], [job["id"]])
+    print(f"\nworker SIGKILL: {reported.summary()}")
+    reported.assert_complete()
 
 
 def test_redis_down_for_30s_loses_nothing(make_fleet, tmp_path: Path) -> None:
@@ -74,16 +80,21 @@ def test_redis_down_for_30s_loses_nothing(make_fleet, tmp_path: Path) -> None:
             fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=240)
         assert fleet.http.get("/readyz").status_code == 200
         assert len(fleet.http.get("/v1/jobs").json()["items"]) == 4
+        ids = [job["id"] for job in [first, *during]]
+        reported = count_reported(fleet.env["AMPFLEET_DATABASE_URL"], ids)
+        print(f"\nRedis down 30 s: {reported.summary()}")
+        reported.assert_complete()
 
 
 def test_postgres_restart_answers_503_then_recovers(make_fleet) -> None:
     with private_postgres() as postgres:
         fleet = make_fleet(database_url=postgres.url)
         job = fleet.submit(
-            job_spec(stop={"max_steps": 3000}, checkpoint={"every_steps": 200}, log_every_steps=50)
+            job_spec(stop={"max_steps": 3000}, checkpoint={"every_steps": 200}, log_every_steps=10)
         )
         fleet.wait_for_state(job["id"], {"RUNNING"})
         postgres.stop()
+        stopped_at = time.monotonic()
         codes = set()
         for path in (f"/v1/jobs/{job['id']}", "/v1/jobs", "/healthz", "/readyz"):
             response = fleet.http.get(path)
@@ -93,12 +104,16 @@ def test_postgres_restart_answers_503_then_recovers(make_fleet) -> None:
         posted = fleet.http.post("/v1/jobs", json=job_spec())
         assert posted.status_code == 503
         assert codes == {503}
-        time.sleep(5)
+        # Long enough for the ranks to report many steps that the node agent cannot store.
+        time.sleep(max(0.0, 20 - (time.monotonic() - stopped_at)))
         postgres.start()
         fleet.wait_until(
             lambda: fleet.http.get("/healthz").status_code == 200, timeout=60, what="the API back"
         )
         fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=300)
+        reported = count_reported(postgres.url, [job["id"]])
+        print(f"\nPostgreSQL down 20 s: {reported.summary()}")
+        reported.assert_complete()
 
 
 def test_committed_messages_go_out_after_a_crash_before_sending(make_fleet) -> None:

@@ -1,7 +1,8 @@
 """Soak: hundreds of jobs while a worker is killed every 10 seconds (and comes back).
-Counted: lost jobs, duplicate completions, concurrent attempts; all must be zero, and every
-job must end SUCCEEDED. Long tier: 120 jobs there, to fit the tier's hour on two cores; the
-300-job figures in BENCHMARKS.md come from AMPFLEET_SOAK_JOBS=300."""
+Counted: lost jobs, duplicate completions, concurrent attempts, metric points and log lines
+lost or repeated; all must be zero, and every job must end SUCCEEDED. Long tier: 120 jobs
+there, to fit the tier's hour on two cores; the 300-job figures in BENCHMARKS.md come from
+AMPFLEET_SOAK_JOBS=300."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sqlalchemy import create_engine, select
 
 from ampfleet.core.models import Allocation, Job, JobEvent
 from tests.factories import job_spec
+from tests.faults.reported import count_reported
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 NODES = ("node-a", "node-b", "node-c")
@@ -33,6 +35,7 @@ def test_soak_with_a_worker_killed_every_10s(make_fleet) -> None:
         resources={"procs": 1},
         stop={"max_steps": 10},
         checkpoint={"every_steps": 5},
+        log_every_steps=2,
         retry={"max_restarts": 20},
     )
     submitted = [fleet.submit(spec)["id"] for _ in range(total)]
@@ -77,12 +80,16 @@ def test_soak_with_a_worker_killed_every_10s(make_fleet) -> None:
             if a != b and (released is None or released > created):
                 concurrent.append(job_id)
     restarted = sum(1 for attempts in spans.values() if len({a for *_, a in attempts}) > 1)
+    reported = count_reported(
+        fleet.env["AMPFLEET_DATABASE_URL"], [j for j in submitted if j in jobs]
+    )
     print(
         f"\nsoak: {total} jobs, {kills} worker kills, {restarted} jobs restarted; "
         f"lost {len(lost)}, duplicate completions {len(duplicates)}, concurrent attempts "
-        f"{len(concurrent)}, not SUCCEEDED {len(not_finished)}"
+        f"{len(concurrent)}, not SUCCEEDED {len(not_finished)}; {reported.summary()}"
     )
     assert (lost, duplicates, concurrent, not_finished) == ([], [], [], [])
+    reported.assert_complete()
 
 
 def _all_jobs(fleet) -> list[dict]:
