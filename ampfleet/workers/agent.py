@@ -38,7 +38,7 @@ class NodeAgent:
     def __init__(self, settings: Settings, capacity: Capacity | None = None) -> None:
         self.settings = settings
         self.capacity = capacity or detect_capacity(settings)
-        self.supervisor = Supervisor(settings)
+        self.supervisor = Supervisor(settings, self.capacity.rank_memory_limit_mb)
         self.rendezvous = RendezvousWaiter(self.supervisor.launch, RENDEZVOUS_WAIT_S)
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name="heartbeat", daemon=True)

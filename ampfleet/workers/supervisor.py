@@ -13,7 +13,6 @@ import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from ampfleet.core.models import Job
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
 from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs
-from ampfleet.workers.launch import torchrun_args
+from ampfleet.workers.launch import launch_command, rank_environment, torchrun_args
 from ampfleet.workers.rundir import RecordReader, RunDir
 from ampfleet.workers.uploads import ArtifactUploader
 
@@ -76,8 +75,9 @@ class RunningAttempt:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, rank_memory_limit_mb: int | None = None) -> None:
         self.settings = settings
+        self.rank_memory_limit_mb = rank_memory_limit_mb
         self._requests: queue.Queue[LaunchRequest] = queue.Queue()
         self._running: dict[tuple[str, int], RunningAttempt] = {}
         self._stop = threading.Event()
@@ -167,18 +167,14 @@ class Supervisor:
             local_addr=self.settings.node_address,
             logs_dir=str(run_dir.logs_dir),
         )
-        env = dict(os.environ)
-        # Share this node's cores between its ranks instead of oversubscribing them.
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // request.procs_per_node))
-        env["PYTHONUNBUFFERED"] = "1"
         launcher_log = (run_dir.logs_dir / "launcher.log").open("ab")
         process = subprocess.Popen(
-            [sys.executable, "-m", "ampfleet.workers.launch", *args],
+            launch_command(args, memory_limit_mb=self.rank_memory_limit_mb),
             stdout=launcher_log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: cancel signals every rank
-            env=env,
+            env=rank_environment(os.environ, procs_per_node=request.procs_per_node),
         )
         log.info("launched %s attempt %s (pid %s)", request.job_id, request.attempt, process.pid)
         return RunningAttempt(request, process, launcher_log, RecordReader(run_dir.events_file))
