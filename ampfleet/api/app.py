@@ -22,6 +22,7 @@ from ampfleet.api.middleware_request import RequestContextMiddleware
 from ampfleet.api.nodes.router import router as nodes_router
 from ampfleet.api.projects.router import router as projects_router
 from ampfleet.api.queue.router import router as queue_router
+from ampfleet.api.recipes.router import router as recipes_router
 from ampfleet.api.ui.router import mount_console
 from ampfleet.api.webhooks.router import router as webhooks_router
 from ampfleet.core.db import get_read_sessionmaker, get_sessionmaker
@@ -31,7 +32,9 @@ from ampfleet.core.settings import get_settings
 
 def create_app() -> FastAPI:
     settings = get_settings()
-    installed_recipes()  # load entry points now: a broken recipe package fails at start
+    # Load entry points now, so a broken recipe package fails at start; they are the
+    # recipes' torch-free definitions (only ranks import `build`).
+    installed_recipes()
     # Build the engines now, once: left to the first requests, several threadpool threads
     # would each build one (lru_cache does not serialise misses) and all but one be lost.
     get_sessionmaker()
@@ -62,6 +65,7 @@ def create_app() -> FastAPI:
     app.include_router(artifacts_router)
     app.include_router(nodes_router)
     app.include_router(queue_router)
+    app.include_router(recipes_router)
     app.include_router(projects_router)
     app.include_router(keys_router)
     app.include_router(webhooks_router)

@@ -23,9 +23,10 @@ from ampfleet.api.errors import (
 from ampfleet.api.jobs import repository
 from ampfleet.api.jobs.schemas import JobOut, PrecisionSetting, Progress, QueueInfo, Volume
 from ampfleet.core import webhooks
-from ampfleet.core.fleet import fits_fleet, job_request_of
+from ampfleet.core.fleet import fits_fleet, job_request_of, matches
 from ampfleet.core.ids import new_id
 from ampfleet.core.lifecycle import record_event, transition
+from ampfleet.core.memory import job_rank_memory, memory_refusal
 from ampfleet.core.models import Job, JobEvent, Project
 from ampfleet.core.recipes import UnknownRecipeError, get_recipe
 from ampfleet.core.spec import JobSpec, Precision, Priority
@@ -60,11 +61,17 @@ def request_fingerprint(spec: JobSpec) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def admit(session: Session, spec: JobSpec) -> None:
-    """Refuse what can never run on the fleet as registered, or what is over its queue quota."""
-    refusal = fits_fleet(job_request_of(spec), repository.node_shapes(session))
+def admit(session: Session, spec: JobSpec, resolved: Mapping[str, Any]) -> None:
+    """Refuse what can never run on the fleet as registered (its shape, or its ranks' memory
+    on every node that could host it), or what is over its queue quota."""
+    request, nodes = job_request_of(spec), repository.node_shapes(session)
+    refusal = fits_fleet(request, nodes)
     if refusal:
         raise UnprocessableError.for_field("resources", refusal)
+    need = job_rank_memory(resolved)
+    refusal = memory_refusal(need, (node for node in nodes if matches(request, node)))
+    if refusal:
+        raise UnprocessableError.for_field("hyperparameters", refusal)
     project = session.get(Project, spec.project)
     if project is not None and project.max_queued_jobs is not None:
         # Count and insert under the project's row lock, held until the submit commits:
@@ -93,7 +100,7 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
     (the router has looked for it already; a request racing this one is caught below)."""
     fingerprint = request_fingerprint(spec)
     resolved = resolve(spec)
-    admit(session, spec)
+    admit(session, spec, resolved)
     job = Job(
         id=new_id("job"),
         project=spec.project,
