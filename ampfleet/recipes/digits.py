@@ -19,6 +19,11 @@ class DigitsHyperparameters(BaseModel):
     batch_size: int = Field(64, ge=1, le=4096, description="Per rank.")
     warmup_steps: int = Field(10, ge=0, le=1_000_000)
     val_fraction: float = Field(0.2, gt=0.0, lt=0.9)
+    save_split: bool = Field(
+        False,
+        description="Write the validation split's sample indices to outputs/val_split.json, "
+        "to score the exported model on the very samples the job scored it on.",
+    )
 
 
 def parameter_count(hp: DigitsHyperparameters) -> int:

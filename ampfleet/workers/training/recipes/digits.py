@@ -5,6 +5,8 @@ Its hyperparameters and size live in ampfleet/recipes/digits.py, which the API r
 
 from __future__ import annotations
 
+import json
+
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
@@ -14,18 +16,28 @@ from ampfleet.recipes.digits import CLASSES, FEATURES, DigitsHyperparameters
 from ampfleet.workers.training.task import Batch, RecipeContext, TrainingTask
 
 SPLIT_SEED = 1234  # fixed, so every job and every rank sees the same validation set
+VAL_SPLIT_FILE = "val_split.json"  # with `save_split`, in the output folder
+
+
+def split_indices(val_fraction: float) -> tuple[list[int], list[int]]:
+    """Indices into `load_digits()` of the training and the validation samples, in order."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    labels = load_digits().target
+    train_idx, val_idx = train_test_split(
+        range(len(labels)), test_size=val_fraction, random_state=SPLIT_SEED, stratify=labels
+    )
+    return list(train_idx), list(val_idx)
 
 
 def _datasets(val_fraction: float) -> tuple[TensorDataset, TensorDataset]:
     from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
 
     digits = load_digits()
     features = torch.tensor(digits.data, dtype=torch.float32) / 16.0
     labels = torch.tensor(digits.target, dtype=torch.long)
-    train_idx, val_idx = train_test_split(
-        range(len(labels)), test_size=val_fraction, random_state=SPLIT_SEED, stratify=labels
-    )
+    train_idx, val_idx = split_indices(val_fraction)
     return (
         TensorDataset(features[train_idx], labels[train_idx]),
         TensorDataset(features[val_idx], labels[val_idx]),
@@ -52,8 +64,14 @@ def _eval_finalize(sums: dict[str, float]) -> dict[str, float]:
     return {"val_loss": sums["loss_sum"] / count, "val_accuracy": sums["correct"] / count}
 
 
-def build(hp: DigitsHyperparameters, _ctx: RecipeContext) -> TrainingTask:
+def build(hp: DigitsHyperparameters, ctx: RecipeContext) -> TrainingTask:
     train, val = _datasets(hp.val_fraction)
+    if hp.save_split and ctx.rank == 0 and ctx.output_dir is not None:
+        split = {
+            "source": "sklearn.datasets.load_digits",
+            "validation": split_indices(hp.val_fraction)[1],
+        }
+        (ctx.output_dir / VAL_SPLIT_FILE).write_text(json.dumps(split))
     model = nn.Sequential(
         nn.Linear(FEATURES, hp.hidden),
         nn.GELU(),
