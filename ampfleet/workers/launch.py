@@ -20,6 +20,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from ampfleet.workers.netif import socket_interface_environment
 from ampfleet.workers.rank_memory import MEMORY_LIMIT_FLAG, apply_memory_limit
 from ampfleet.workers.training.entry import die_with_parent
 
@@ -53,14 +54,19 @@ RANK_ENVIRONMENT_PREFIXES = (
 """Families of variables that tune torch, its thread pools, collectives and CUDA."""
 
 
-def rank_environment(worker: Mapping[str, str], *, procs_per_node: int) -> dict[str, str]:
+def rank_environment(
+    worker: Mapping[str, str], *, procs_per_node: int, node_address: str | None = None
+) -> dict[str, str]:
     """The environment of torchrun and its ranks: the allow-listed part of the worker's, and
-    no AMPFLEET_* setting (a rank reads everything it needs from its run folder)."""
+    no AMPFLEET_* setting (a rank reads everything it needs from its run folder). With the
+    node's address, the collectives talk on its interface unless the operator chose one."""
     env = {
         name: value
         for name, value in worker.items()
         if name in RANK_ENVIRONMENT or name.startswith(RANK_ENVIRONMENT_PREFIXES)
     }
+    if node_address is not None:
+        env.update(socket_interface_environment(node_address, worker))
     # Share this node's cores between its ranks instead of oversubscribing them.
     env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // procs_per_node))
     env["PYTHONUNBUFFERED"] = "1"

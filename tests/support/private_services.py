@@ -17,24 +17,25 @@ from tests.support.fleet import free_port
 from tests.support.services import reachable
 
 
-def _wait(port: int, up: bool, timeout: float = 30) -> None:
+def _wait(port: int, up: bool, timeout: float = 30, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if reachable(("127.0.0.1", port), timeout=0.5) == up:
+        if reachable((host, port), timeout=0.5) == up:
             return
         time.sleep(0.1)
     raise AssertionError(f"port {port} did not go {'up' if up else 'down'}")
 
 
 class PrivateRedis:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
         self.port = free_port()
+        self.host = host
         self.root = root
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self) -> None:
         self.process = subprocess.Popen(
@@ -43,7 +44,7 @@ class PrivateRedis:
                 "--port",
                 str(self.port),
                 "--bind",
-                "127.0.0.1",
+                self.host,
                 "--save",
                 "",
                 "--appendonly",
@@ -54,21 +55,22 @@ class PrivateRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        _wait(self.port, up=True)
+        _wait(self.port, up=True, host=self.host)
 
     def stop(self) -> None:
         if self.process is not None:
             self.process.kill()
             self.process.wait()
             self.process = None
-        _wait(self.port, up=False)
+        _wait(self.port, up=False, host=self.host)
 
 
 @contextmanager
-def private_redis(root: Path) -> Iterator[PrivateRedis]:
+def private_redis(root: Path, host: str = "127.0.0.1") -> Iterator[PrivateRedis]:
+    """`host`: the address it listens on (a network bed's root side, say)."""
     if shutil.which("redis-server") is None:
         raise AssertionError("redis-server is not installed")
-    server = PrivateRedis(root)
+    server = PrivateRedis(root, host)
     server.start()
     try:
         yield server
@@ -79,7 +81,8 @@ def private_redis(root: Path) -> Iterator[PrivateRedis]:
 class PrivatePostgres:
     """A throwaway cluster (initdb) run by the `postgres` system user."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
         versions = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
         if not versions:
             raise AssertionError("PostgreSQL server binaries are not installed")
@@ -92,7 +95,7 @@ class PrivatePostgres:
 
     @property
     def url(self) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        return f"postgresql+psycopg://postgres@{self.host}:{self.port}/postgres"
 
     def _as_postgres(self, *args: str) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -105,9 +108,12 @@ class PrivatePostgres:
         self._as_postgres(
             str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust"
         )
+        if self.host != "127.0.0.1":  # clients on the listening address's subnet, too
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write("host all all samenet trust\n")
 
     def start(self) -> None:
-        options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1"
+        options = f"-p {self.port} -k {self.data} -c listen_addresses={self.host}"
         self._as_postgres(
             str(self.bin / "pg_ctl"),
             "-D",
@@ -119,23 +125,24 @@ class PrivatePostgres:
             str(self.data / "server.log"),
             "start",
         )
-        _wait(self.port, up=True)
+        _wait(self.port, up=True, host=self.host)
 
     def stop(self) -> None:
         self._as_postgres(
             str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"
         )
-        _wait(self.port, up=False)
+        _wait(self.port, up=False, host=self.host)
 
 
 @contextmanager
-def private_postgres() -> Iterator[PrivatePostgres]:
-    server = PrivatePostgres()
+def private_postgres(host: str = "127.0.0.1") -> Iterator[PrivatePostgres]:
+    """`host`: the address it listens on, trusting clients on that address's subnet."""
+    server = PrivatePostgres(host)
     try:
         server.init()
         server.start()
         yield server
     finally:
-        if reachable(("127.0.0.1", server.port)):
+        if reachable((host, server.port)):
             server.stop()
         shutil.rmtree(server.root, ignore_errors=True)
