@@ -6,6 +6,9 @@ getting it from the store."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +18,9 @@ import pytest
 from sqlalchemy import select
 
 from ampfleet.core.artifact_names import checkpoint_name
-from ampfleet.core.artifacts import get_store, object_key
+from ampfleet.core.artifacts import ArtifactStore, get_store, object_key
+from ampfleet.core.artifacts.local import LocalStore
+from ampfleet.core.artifacts.s3 import S3Store
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Artifact, JobEvent
 from ampfleet.core.settings import get_settings
@@ -26,6 +31,7 @@ from ampfleet.workers.uploads import ArtifactUploader
 from tests.support.env import environment
 from tests.support.jobs import insert_job
 
+KILL_TEST_BYTES = 64 << 20
 LINEAGE = {"precision": "bf16", "allreduce_dtype": "bf16", "world_size": 2, "strategy": "ddp"}
 
 
@@ -151,3 +157,38 @@ def test_a_failed_upload_is_a_job_event(uploader: ArtifactUploader, tmp_path: Pa
         ).all()
     assert len(events) == 1
     assert "outputs/x could not be stored" in events[0]
+
+
+def _upload_in_progress(store: ArtifactStore) -> bool:
+    """Bytes are on their way into the store, not yet under a key."""
+    if isinstance(store, LocalStore):
+        return any(p.stat().st_size > 0 for p in (store.root / ".incoming").iterdir())
+    assert isinstance(store, S3Store)
+    uploads = store.client.list_multipart_uploads(Bucket=store.bucket, Prefix=store.prefix)
+    return bool(uploads.get("Uploads"))
+
+
+def test_a_worker_killed_mid_upload_leaves_no_listed_checkpoint(
+    uploader: ArtifactUploader, tmp_path: Path
+) -> None:
+    job_id = insert_job(state=JobState.RUNNING, attempt=1)
+    folder = tmp_path / job_id
+    record = _write_checkpoint(folder, 10)
+    with (folder / "ckpt-000000010.pt").open("r+b") as model:  # big enough to catch mid-way
+        model.truncate(KILL_TEST_BYTES)
+    store = get_store()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.upload_worker", job_id, "1", json.dumps(record)],
+        env=dict(os.environ),
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not _upload_in_progress(store):
+            assert child.poll() is None, "the upload ended before it could be interrupted"
+            assert time.monotonic() < deadline, "the upload never started"
+            time.sleep(0.001)
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    assert _rows(job_id) == []
+    assert list(store.keys()) == []

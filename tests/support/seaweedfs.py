@@ -2,7 +2,8 @@
 loopback with a real key pair, started once per test session and stopped at its end.
 
 Every port is chosen free (and given explicitly, gRPC ones too, instead of SeaweedFS's
-port+10000 default), so several test runs on one machine do not collide; telemetry is off.
+port+10000 default), and side services with fixed ports are off, so several test runs on one
+machine do not collide; telemetry is off.
 """
 
 from __future__ import annotations
@@ -121,7 +122,12 @@ def running_seaweedfs(root: Path) -> Iterator[S3Server]:
         "-filer",
         "-s3",
         f"-s3.config={config}",
+        # Side services with fixed default ports would collide between test runs: off.
         "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-webdav=false",
+        "-sftp=false",
+        "-iam=false",
     ]
     for name in SERVICES:
         command += [f"-{name}.port={ports[name]}", f"-{name}.port.grpc={grpc[name]}"]

@@ -1,8 +1,8 @@
 """The embedded default: objects as files under `<data dir>/artifacts/sha256/<hex>`.
 
 A put streams into `.incoming/` (same filesystem), fsyncs, then renames onto the key: a reader
-sees the whole object or none, and a put that fails or is killed leaves only an incoming file
-that no listing reports (and the next start may sweep).
+sees the whole object or none; a put that fails removes its incoming file, and one that is
+killed leaves only an incoming file that no listing reports.
 """
 
 from __future__ import annotations
