@@ -1,12 +1,28 @@
-"""Celery tasks of a worker node. Arguments are row ids; the database holds the truth."""
+"""Celery tasks of a worker node. Arguments are row ids; the database holds the truth.
+
+A start message whose claim meets a database that is briefly away (a restart, a failover,
+a dropped connection) is retried with backoff rather than dropped: dropping it would leave
+the job waiting for the reaper's start timeout and charge it a restart. Retrying is safe
+because the claim is one conditional UPDATE that commits or changes nothing. Any other
+error is a bug or bad data, and retrying it would only repeat it.
+"""
 
 from __future__ import annotations
+
+import logging
+
+from celery import Task
+from sqlalchemy import exc as sa_exc
 
 from ampfleet.core.messaging import START_ATTEMPT, get_celery
 from ampfleet.workers.agent import NodeAgent
 
+log = logging.getLogger(__name__)
 celery_app = get_celery()
 _agent: NodeAgent | None = None
+
+START_RETRIES = 6
+START_RETRY_MAX_DELAY_S = 30.0
 
 
 def bind_agent(agent: NodeAgent) -> None:
@@ -14,9 +30,41 @@ def bind_agent(agent: NodeAgent) -> None:
     _agent = agent
 
 
-@celery_app.task(name=START_ATTEMPT, acks_late=True, ignore_result=True)
-def start_attempt(job_id: str, attempt: int, node_rank: int) -> None:
+def is_transient(error: BaseException) -> bool:
+    """A database error that a later try may not meet: the server or the connection."""
+    if isinstance(error, sa_exc.OperationalError | sa_exc.TimeoutError | sa_exc.DisconnectionError):
+        return True
+    return isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated
+
+
+def retry_delay_s(retries: int) -> float:
+    """1, 2, 4 ... seconds, at most START_RETRY_MAX_DELAY_S: about a minute in all."""
+    return min(2.0**retries, START_RETRY_MAX_DELAY_S)
+
+
+@celery_app.task(
+    bind=True,
+    name=START_ATTEMPT,
+    acks_late=True,
+    ignore_result=True,
+    max_retries=START_RETRIES,
+)
+def start_attempt(self: Task, job_id: str, attempt: int, node_rank: int) -> None:
     """Claim this node's allocation of the attempt and launch its ranks; returns at once."""
     if _agent is None:
         raise RuntimeError("start_attempt ran outside an ampfleet worker")
-    _agent.handle_start(job_id, attempt, node_rank)
+    try:
+        _agent.handle_start(job_id, attempt, node_rank)
+    except Exception as error:
+        if not is_transient(error):
+            raise
+        retries = self.request.retries
+        log.warning(
+            "start of %s attempt %s: database unavailable (%s); retry %d of %d",
+            job_id,
+            attempt,
+            type(error).__name__,
+            retries + 1,
+            START_RETRIES,
+        )
+        raise self.retry(exc=error, countdown=retry_delay_s(retries)) from error
