@@ -39,8 +39,9 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = 8000
     max_body_bytes: int = Field(1 << 20, gt=0, description="Larger request bodies get 413.")
+    # At most 200: pydantic refuses to serialise values nested past about 255 levels.
     max_json_depth: int = Field(
-        64, ge=2, le=500, description="Request bodies nested deeper (arrays, objects) get 422."
+        64, ge=2, le=200, description="Request bodies nested deeper (arrays, objects) get 422."
     )
     stream_poll_s: float = Field(0.5, gt=0, description="How often live streams look for news.")
     rate_limit_per_s: float = Field(50.0, gt=0, description="Requests per second per key.")

@@ -143,3 +143,19 @@ def test_malformed_webhook_urls(client: TestClient, url: str) -> None:
     response = client.post("/v1/webhooks", json={"url": url})
     assert response.status_code == 422, response.text
     assert response.json()["error"]["details"][0]["field"] == "url"
+
+
+def test_the_deepest_body_the_setting_allows_is_refused_by_validation_not_a_500(
+    backend: str, make_key
+) -> None:
+    from ampfleet.api.app import create_app
+    from ampfleet.core.settings import Settings
+    from tests.support.env import environment
+
+    deepest = Settings.model_fields["max_json_depth"].metadata
+    limit = next(m.le for m in deepest if getattr(m, "le", None) is not None)
+    with environment({"AMPFLEET_MAX_JSON_DEPTH": str(limit)}):
+        api = TestClient(create_app(), headers={"Authorization": f"Bearer {make_key()}"})
+        hyperparameters = {"x": json.loads(nested(limit - 3))}  # the spec's own levels: 3
+        response = api.post("/v1/jobs", json=job_spec(hyperparameters=hyperparameters))
+    refused(response, "hyperparameters.x")
