@@ -1,4 +1,9 @@
-"""Who is calling: API keys, roles, the one ownership check, and a per-key rate limit."""
+"""Who is calling: API keys, roles, the one ownership check, and the rate limits (per key,
+and per client address for requests with a wrong key).
+
+The key is looked up in a unit of work of its own that hands its connection back before the
+handler's session takes one: a request holding both would, under load, sit on one
+connection while waiting for a second, and enough such requests starve the pool for all."""
 
 from __future__ import annotations
 
@@ -7,19 +12,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated
 
-from fastapi import BackgroundTasks, Depends, Security
+from fastapi import BackgroundTasks, Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
 
-from ampfleet.api.deps import ReadSessionDep
 from ampfleet.api.errors import (
     AmpfleetError,
     NotFoundError,
     TooManyRequestsError,
 )
 from ampfleet.api.ratelimit import buckets_for
-from ampfleet.core.db import session_scope
+from ampfleet.core.db import get_read_sessionmaker, session_scope, unit_of_work
 from ampfleet.core.keys import verify
 from ampfleet.core.models import ApiKey, utcnow
 from ampfleet.core.roles import Role
@@ -67,8 +71,8 @@ class Principal:
 
 
 def current_principal(
+    request: Request,
     background: BackgroundTasks,
-    session: ReadSessionDep,  # a key is only read: on SQLite a write session would lock
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     header_key: Annotated[str | None, Security(api_key_header)],
 ) -> Principal:
@@ -76,20 +80,59 @@ def current_principal(
     if not presented:
         raise UnauthorizedError("an API key is required: Authorization: Bearer <key>")
     settings = get_settings()
-    row = verify(session, presented, settings.secret_key)
+    # A key is only read: on SQLite a write session would take the one write lock.
+    with unit_of_work(get_read_sessionmaker()) as session:
+        row = verify(session, presented, settings.secret_key)
     if row is None:
+        _limit_wrong_keys(request)
         raise UnauthorizedError("the API key is not valid or has been revoked")
     buckets = buckets_for(settings.effective_broker_url)
     wait = buckets.take(row.id, settings.rate_limit_per_s, settings.rate_limit_burst)
     if wait:
         raise TooManyRequestsError(
             f"rate limit of {settings.rate_limit_per_s:g} requests/s for this key",
-            retry_after_s=max(1, round(wait + 0.5)),
+            retry_after_s=retry_after(wait),
         )
     now = utcnow()
     if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
         background.add_task(_note_use_apart, row.id, now)  # at most once a minute per key
     return Principal(key_id=row.id, project=row.project, role=Role(row.role))
+
+
+def retry_after(wait_s: float) -> int:
+    """Whole seconds for a Retry-After header, never 0."""
+    return max(1, round(wait_s + 0.5))
+
+
+def _limit_wrong_keys(request: Request) -> None:
+    """Wrong keys draw on their client address's bucket (a key that does not exist has no
+    bucket of its own), so guessing, or a client stuck on a bad key, is held to the
+    configured rate and answered 429 past it. A request with no key guesses nothing and
+    costs no look-up: it is not counted."""
+    settings = get_settings()
+    address = request.client.host if request.client else "unknown"
+    buckets = buckets_for(settings.effective_broker_url)
+    wait = buckets.take(
+        f"address:{address}", settings.auth_failure_rate_per_s, settings.auth_failure_burst
+    )
+    if wait:
+        raise TooManyRequestsError(
+            f"too many requests with a wrong API key from {address}",
+            retry_after_s=retry_after(wait),
+        )
+
+
+def key_still_valid(principal: Principal) -> bool:
+    """Whether the key behind `principal` is still what it was when the request came in:
+    for requests that outlast a revocation (live streams)."""
+    with unit_of_work(get_read_sessionmaker()) as session:
+        row = session.get(ApiKey, principal.key_id)
+        return (
+            row is not None
+            and row.revoked_at is None
+            and row.project == principal.project
+            and row.role == principal.role.value
+        )
 
 
 def _note_use_apart(key_id: str, now: datetime) -> None:

@@ -19,10 +19,18 @@ def get_db_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def get_read_session() -> Iterator[Session]:
+def get_read_session(
+    request_session: Annotated[Session, Depends(get_db_session, scope="function")],
+) -> Iterator[Session]:
     """A session that only reads, for a write request's look-ups that must not take the
-    write lock (on SQLite a write session's first statement takes the database's one)."""
-    with unit_of_work(get_read_sessionmaker()) as session:
+    write lock (on SQLite a write session's first statement takes the database's one).
+    Where reads take no lock (PostgreSQL) it is the request's own session: a second one
+    would hold a second connection of the same pool while the first is in use."""
+    factory = get_read_sessionmaker()
+    if factory is get_sessionmaker():
+        yield request_session
+        return
+    with unit_of_work(factory) as session:
         yield session
 
 

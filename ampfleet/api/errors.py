@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ampfleet.core.validation import describe_invalid, dotted
@@ -141,6 +142,18 @@ def install_error_handlers(app: FastAPI) -> None:
             "service_unavailable",
             "the database is unavailable; retry shortly",
             headers={"Retry-After": "2"},
+        )
+
+    @app.exception_handler(PoolTimeoutError)
+    async def _pool_exhausted(_: Request, exc: PoolTimeoutError) -> JSONResponse:
+        # Every connection of this process's pool is busy: say so at once, so the client
+        # backs off, rather than queue more requests behind the ones already waiting.
+        log.warning("database connection pool exhausted: %s", exc)
+        return error_response(
+            503,
+            "service_unavailable",
+            "the server is busy (no free database connection); retry shortly",
+            headers={"Retry-After": "1"},
         )
 
     @app.exception_handler(Exception)

@@ -19,6 +19,7 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
             url,
             connect_args={"timeout": 30, "check_same_thread": False},
             hide_parameters=True,  # see below
+            **_pool_arguments(),
         )
         event.listen(engine, "connect", _sqlite_pragmas)
         if read_only:
@@ -31,9 +32,18 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
         event.listen(engine, "begin", lambda conn: conn.exec_driver_sql(begin))
         return engine
     # SQL parameters may hold secrets (sealed ones too): errors and logs show the statement only.
-    return create_engine(
-        url, pool_pre_ping=True, pool_size=10, max_overflow=20, hide_parameters=True
-    )
+    return create_engine(url, pool_pre_ping=True, hide_parameters=True, **_pool_arguments())
+
+
+def _pool_arguments() -> dict[str, Any]:
+    """A short wait for a free connection: a request that cannot get one soon is answered
+    503 with Retry-After (api/errors.py) instead of queueing for long behind the others."""
+    settings = get_settings()
+    return {
+        "pool_size": settings.db_pool_size,
+        "max_overflow": settings.db_pool_max_overflow,
+        "pool_timeout": settings.db_pool_timeout_s,
+    }
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -46,6 +46,23 @@ class Settings(BaseSettings):
     stream_poll_s: float = Field(0.5, gt=0, description="How often live streams look for news.")
     rate_limit_per_s: float = Field(50.0, gt=0, description="Requests per second per key.")
     rate_limit_burst: float = Field(200.0, ge=1, description="Requests a key may burst.")
+    auth_failure_rate_per_s: float = Field(
+        1.0, gt=0, description="Requests with a wrong key per second per client address."
+    )
+    auth_failure_burst: float = Field(
+        50.0, ge=1, description="Requests with a wrong key a client address may burst."
+    )
+    max_streams_per_key: int = Field(
+        20, ge=1, description="Live streams a key may hold open on one API process; 429 past it."
+    )
+    stream_key_recheck_s: float = Field(
+        10.0, gt=0, description="How often a live stream re-checks its key; a revoked one ends."
+    )
+    db_pool_size: int = Field(10, ge=1, description="Database connections a process keeps.")
+    db_pool_max_overflow: int = Field(20, ge=0, description="Extra connections under load.")
+    db_pool_timeout_s: float = Field(
+        3.0, gt=0, description="Wait for a free connection; past it a request gets 503."
+    )
 
     node_name: str = Field(default_factory=socket.gethostname)
     node_address: str = Field("127.0.0.1", description="Address other nodes use for rendezvous.")

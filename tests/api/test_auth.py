@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 
 import pytest
 from fastapi.testclient import TestClient
@@ -158,3 +159,32 @@ def test_rate_limit_per_key(backend, strict_limit, make_key) -> None:
     assert refused.json()["error"]["code"] == "too_many_requests"
     assert int(refused.headers["Retry-After"]) >= 1
     assert fresh.get("/v1/jobs").status_code == 200  # the limit is per key
+
+
+@pytest.fixture
+def strict_address_limit():
+    values = {"AMPFLEET_AUTH_FAILURE_RATE_PER_S": "0.01", "AMPFLEET_AUTH_FAILURE_BURST": "3"}
+    with environment(values):
+        yield
+
+
+def test_wrong_keys_are_limited_per_client_address(backend, strict_address_limit, make_key):
+    """A key that does not exist has no bucket of its own; its address has one."""
+    from ampfleet.api.app import create_app
+
+    app = create_app()
+    address = f"guesser-{uuid.uuid4().hex[:8]}"  # buckets outlive a test
+    wrong = {"Authorization": "Bearer amp_nope_nope"}
+    guesser = TestClient(app, client=(address, 50000), headers=wrong)
+    codes = [guesser.get("/v1/jobs").status_code for _ in range(4)]
+    assert codes == [401, 401, 401, 429]
+    refused = guesser.get("/v1/jobs", headers={"X-API-Key": "amp_other_guess"})
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "too_many_requests"
+    assert int(refused.headers["Retry-After"]) >= 1
+    # A valid key from that address, a request with no key, another address: unaffected.
+    valid = {"Authorization": f"Bearer {make_key('alpha', 'read')}"}
+    assert guesser.get("/v1/jobs", headers=valid).status_code == 200
+    assert TestClient(app, client=(address, 50001)).get("/v1/jobs").status_code == 401
+    elsewhere = TestClient(app, client=(f"{address}-b", 50000), headers=wrong)
+    assert elsewhere.get("/v1/jobs").status_code == 401

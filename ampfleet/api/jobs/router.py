@@ -23,9 +23,8 @@ from ampfleet.api.jobs.schemas import (
     JobPatch,
 )
 from ampfleet.api.jobs.stream import stream_job
-from ampfleet.api.streaming import stream_response_doc, streaming_response, wants_stream
+from ampfleet.api.streaming import stream_response_doc, wants_stream
 from ampfleet.core.messaging import wake_scheduler
-from ampfleet.core.settings import get_settings
 from ampfleet.core.spec import JobSpec
 from ampfleet.core.states import JobState
 
@@ -136,11 +135,12 @@ def cancel_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) ->
     "/{job_id}/events",
     response_model=EventList,
     responses={
-        **responses(401, 403, 404, 422),
+        **responses(401, 403, 404, 422, 429),
         **stream_response_doc(
             "JSON list; or, with `Accept: text/event-stream`, a live stream of `state`, "
             "`event`, `progress`, `metrics` and a final `end` event, resumable with "
-            "`Last-Event-ID`."
+            "`Last-Event-ID`; an `error` event ends it if the key is revoked. 429 when the "
+            "key has as many streams open as it may."
         ),
     },
     summary="State transitions and other events: a list, or a live stream (SSE)",
@@ -157,7 +157,7 @@ def job_events(
     service.get(session, job_id, principal)
     if wants_stream(accept):
         session.close()  # the stream reads with sessions of its own, for as long as it lasts
-        return streaming_response(stream_job(job_id, last_event_id, get_settings().stream_poll_s))
+        return stream_job(job_id, last_event_id, principal)
     events = repository.events(session, job_id, after, limit)
     return EventList(
         items=[EventOut.model_validate(e, from_attributes=True) for e in events],

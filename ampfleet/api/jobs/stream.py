@@ -6,16 +6,16 @@ as `Last-Event-ID` gets everything after it and nothing twice.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 
-from ampfleet.api.errors import UnprocessableError
+from ampfleet.api.auth import Principal
 from ampfleet.api.jobs import repository, service
 from ampfleet.api.jobs.schemas import EventOut, QueueInfo
-from ampfleet.api.streaming import frame, poll_stream
+from ampfleet.api.streaming import frame, open_stream, parse_cursor
 from ampfleet.core.db import get_read_sessionmaker
 from ampfleet.core.models import Job, Metric
 from ampfleet.core.states import JobState
@@ -30,15 +30,8 @@ class Cursor:
 
     @classmethod
     def parse(cls, value: str | None) -> Cursor:
-        if not value:
-            return cls()
-        try:
-            event_id, metric_id = (int(part) for part in value.split(":", 1))
-        except ValueError:
-            raise UnprocessableError.for_field(
-                "Last-Event-ID", "expected '<event id>:<metric id>' from an earlier frame"
-            ) from None
-        return cls(max(event_id, 0), max(metric_id, 0))
+        parsed = parse_cursor(value, "event id", "metric id")
+        return cls(*parsed) if parsed else cls()
 
     def __str__(self) -> str:
         return f"{self.event_id}:{self.metric_id}"
@@ -106,5 +99,5 @@ class JobStream:
             return frames, finished
 
 
-def stream_job(job_id: str, last_event_id: str | None, poll_s: float) -> AsyncIterator[bytes]:
-    return poll_stream(JobStream(job_id, Cursor.parse(last_event_id)).step, poll_s)
+def stream_job(job_id: str, last_event_id: str | None, principal: Principal) -> StreamingResponse:
+    return open_stream(principal, JobStream(job_id, Cursor.parse(last_event_id)).step)

@@ -15,18 +15,17 @@ from sqlalchemy.sql.elements import ColumnElement
 from ampfleet.api.auth import CurrentPrincipal
 from ampfleet.api.bounds import MAX_ID, MAX_INT
 from ampfleet.api.deps import SessionDep
-from ampfleet.api.errors import UnprocessableError, responses
+from ampfleet.api.errors import responses
 from ampfleet.api.jobs import service as jobs
 from ampfleet.api.streaming import (
     frame,
-    poll_stream,
+    open_stream,
+    parse_cursor,
     stream_response_doc,
-    streaming_response,
     wants_stream,
 )
 from ampfleet.core.db import get_read_sessionmaker
 from ampfleet.core.models import Job, LogLine
-from ampfleet.core.settings import get_settings
 from ampfleet.core.states import JobState
 
 router = APIRouter(prefix="/v1/jobs", tags=["logs"])
@@ -69,10 +68,11 @@ def _after_tail(session: Session, conditions: list[ColumnElement[bool]], tail: i
     "/{job_id}/logs",
     response_model=LogPage,
     responses={
-        **responses(401, 404, 422),
+        **responses(401, 404, 422, 429),
         **stream_response_doc(
             "A page of lines; with `Accept: text/event-stream`, the lines as they arrive "
-            "(`logs` events, then `end`), resumable with `Last-Event-ID`."
+            "(`logs` events, then `end`), resumable with `Last-Event-ID`; an `error` event "
+            "ends it if the key is revoked. 429 when the key has as many streams open as it may."
         ),
     },
     summary="Log lines of every rank (filter, tail, follow)",
@@ -93,14 +93,11 @@ def job_logs(
     conditions = _where(job_id, rank, stream)
     if tail is not None:
         after = _after_tail(session, conditions, tail)
-    if last_event_id is not None:
-        if not last_event_id.isdigit():
-            raise UnprocessableError.for_field("Last-Event-ID", "expected a line id")
-        after = int(last_event_id)
+    if (resumed := parse_cursor(last_event_id, "line id")) is not None:
+        (after,) = resumed
     if wants_stream(accept):
-        session.close()
-        follower = _Follower(job_id, conditions, after)
-        return streaming_response(poll_stream(follower.step, get_settings().stream_poll_s))
+        session.close()  # the stream reads with sessions of its own, one per poll
+        return open_stream(principal, _Follower(job_id, conditions, after).step)
     lines = session.scalars(
         select(LogLine).where(*conditions, LogLine.id > after).order_by(LogLine.id).limit(limit)
     ).all()
