@@ -21,8 +21,8 @@ def services() -> dict:
 
 def test_compose_has_every_role_with_health_gates() -> None:
     svc = services()
-    assert set(svc) == {"postgres", "redis", "migrate", "api", "scheduler", "worker"}
-    for name in ("postgres", "redis", "api"):
+    assert set(svc) == {"postgres", "redis", "seaweedfs", "migrate", "api", "scheduler", "worker"}
+    for name in ("postgres", "redis", "seaweedfs", "api"):
         assert "healthcheck" in svc[name], name
     assert svc["migrate"]["command"] == ["migrate"]
     for name in ("api", "scheduler", "worker"):
@@ -30,6 +30,23 @@ def test_compose_has_every_role_with_health_gates() -> None:
         assert depends["migrate"]["condition"] == "service_completed_successfully"
         assert depends["redis"]["condition"] == "service_healthy"
     assert svc["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def test_api_and_worker_use_the_object_store() -> None:
+    svc = services()
+    for name in ("api", "worker"):
+        env = svc[name]["environment"]
+        # Defaults (the compose-managed SeaweedFS) that an operator may override.
+        assert env["AMPFLEET_ARTIFACT_URL"] == "${AMPFLEET_ARTIFACT_URL:-s3://ampfleet/artifacts}"
+        assert env["AMPFLEET_S3_ENDPOINT_URL"].endswith(":-http://seaweedfs:8333}"), name
+        assert svc[name]["depends_on"]["seaweedfs"]["condition"] == "service_healthy", name
+    # Only the processes that move artifacts hold the credentials.
+    for name in ("migrate", "scheduler"):
+        assert "AMPFLEET_S3_SECRET_ACCESS_KEY" not in svc[name]["environment"], name
+    command = svc["seaweedfs"]["command"]
+    assert "-master.telemetry=false" in command
+    assert "-s3.config=/etc/seaweedfs/s3.json" in command
+    assert svc["seaweedfs"]["configs"][0]["target"] == "/etc/seaweedfs/s3.json"
 
 
 def test_worker_reserves_gpus() -> None:
@@ -41,6 +58,8 @@ def test_secrets_are_required_not_defaulted() -> None:
     text = COMPOSE.read_text()
     assert "${POSTGRES_PASSWORD:?" in text
     assert "${AMPFLEET_SECRET_KEY:?" in text
+    assert "${AMPFLEET_S3_ACCESS_KEY_ID:?" in text
+    assert "${AMPFLEET_S3_SECRET_ACCESS_KEY:?" in text
     env = services()["api"]["environment"]
     assert env["AMPFLEET_ENVIRONMENT"] == "production"
 
@@ -54,7 +73,13 @@ def _compose_plugin() -> bool:
 
 @pytest.mark.skipif(not _compose_plugin(), reason="the docker compose plugin is not installed")
 def test_docker_compose_config_validates() -> None:
-    env = {**os.environ, "POSTGRES_PASSWORD": "x", "AMPFLEET_SECRET_KEY": "y"}
+    env = {
+        **os.environ,
+        "POSTGRES_PASSWORD": "x",
+        "AMPFLEET_SECRET_KEY": "y",
+        "AMPFLEET_S3_ACCESS_KEY_ID": "k",
+        "AMPFLEET_S3_SECRET_ACCESS_KEY": "s",
+    }
     result = subprocess.run(
         ["docker", "compose", "-f", str(COMPOSE), "config", "--quiet"],
         capture_output=True,
