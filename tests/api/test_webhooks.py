@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
@@ -26,7 +29,10 @@ class Receiver:
     """A local HTTP endpoint that records what it receives and answers `codes` in turn."""
 
     def __init__(
-        self, codes: list[int] | None = None, address: tuple[str, int] = ("127.0.0.1", 0)
+        self,
+        codes: list[int] | None = None,
+        address: tuple[str, int] = ("127.0.0.1", 0),
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.received: list[tuple[dict[str, str], bytes]] = []
         self.codes = list(codes or [])
@@ -43,6 +49,8 @@ class Receiver:
                 return
 
         self.server = HTTPServer(address, Handler)
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -187,3 +195,68 @@ def test_a_delivery_goes_to_the_address_that_was_checked() -> None:
     finally:
         first.close()
         second.close()
+
+
+def certificate_for(name: str, folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for `name` and its key, as PEM files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def test_https_to_a_pinned_address_verifies_the_certificate_against_the_name(
+    tmp_path: Path,
+) -> None:
+    """Connecting to the checked address must not weaken TLS: the server name sent and the
+    certificate checked are the URL's host name, not the address."""
+    name = "hooks.pinned.test"
+    cert_path, key_path = certificate_for(name, tmp_path)
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(cert_path, key_path)
+    receiver = Receiver(tls=server_side)
+    port = receiver.server.server_port
+    trusting = ssl.create_default_context(cafile=str(cert_path))
+    settings = Settings(webhook_allow_private=True)
+
+    def to_loopback(_host: str, _port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    try:
+        with httpx.Client(timeout=5, verify=trusting) as client:
+            named = Claimed(1, f"https://{name}:{port}/hook", "s", "job.state", {}, 0)
+            assert send(client, named, settings, to_loopback) == (200, None)
+            assert receiver.received[0][0]["Host"] == f"{name}:{port}"
+            other = Claimed(2, f"https://other.pinned.test:{port}/hook", "s", "job.state", {}, 0)
+            code, error = send(client, other, settings, to_loopback)
+        assert code is None
+        assert "certificate" in (error or "").lower()
+        assert len(receiver.received) == 1
+    finally:
+        receiver.close()
