@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import insert
 
@@ -80,3 +81,37 @@ def test_bad_last_event_id_is_422(client: TestClient) -> None:
     )
     assert response.status_code == 422
     assert response.json()["error"]["details"][0]["field"] == "Last-Event-ID"
+
+
+OUT_OF_RANGE = "99999999999999999999"  # past BIGINT: once a 500, or a 200 stream cut off
+MALFORMED = (OUT_OF_RANGE, "²", "-1", " 1", "1e3", "0x10")
+
+
+@pytest.mark.parametrize("value", MALFORMED)
+@pytest.mark.parametrize("accept", [SSE, {}])
+def test_malformed_last_event_id_is_422_on_logs(client: TestClient, value, accept) -> None:
+    job = client.post("/v1/jobs", json=job_spec()).json()
+    resume = {"Last-Event-ID": value.encode("latin-1")}  # the server reads it as latin-1
+    response = client.get(f"/v1/jobs/{job['id']}/logs", headers={**accept, **resume})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["details"][0]["field"] == "Last-Event-ID"
+
+
+@pytest.mark.parametrize("value", [f"{v}:0" for v in MALFORMED] + [f"0:{OUT_OF_RANGE}", "1"])
+def test_malformed_last_event_id_is_422_on_events(client: TestClient, value) -> None:
+    job = client.post("/v1/jobs", json=job_spec()).json()
+    resume = {"Last-Event-ID": value.encode("latin-1")}
+    response = client.get(f"/v1/jobs/{job['id']}/events", headers={**SSE, **resume})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["details"][0]["field"] == "Last-Event-ID"
+
+
+def test_the_largest_ids_resume_past_everything(client: TestClient) -> None:
+    job = client.post("/v1/jobs", json=job_spec()).json()
+    client.post(f"/v1/jobs/{job['id']}/cancel")
+    largest = str(2**63 - 1)
+    frames = read_frames(client, job["id"], {**SSE, "Last-Event-ID": f"{largest}:{largest}"})
+    assert [f["event"] for f in frames] == ["progress", "end"]
+    logs = client.get(f"/v1/jobs/{job['id']}/logs", headers={**SSE, "Last-Event-ID": largest})
+    assert logs.status_code == 200
+    assert "event: end" in logs.text
