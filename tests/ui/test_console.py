@@ -3,6 +3,7 @@ worker node, each a real process, on PostgreSQL and Redis."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -444,3 +445,60 @@ def test_fleet_page_shows_the_queue_in_the_servers_order_page_by_page(
         assert still_marked(page, f"#queue tr[data-job='{urgent[0]}']")  # updated in place
     finally:
         cancel_all(fleet, ids + urgent)
+
+
+def test_job_page_lists_artifacts_downloads_one_and_shows_the_manifest(
+    fleet: Fleet, page: Page, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = job_spec(
+        name="ui-artifacts", stop={"max_steps": 30}, hyperparameters={"save_split": True}
+    )
+    job_id = fleet.submit(spec)["id"]
+    fleet.wait_for_state(job_id, {"SUCCEEDED"}, timeout=150)
+    listed = {a["name"]: a for a in fleet.http.get(f"/v1/jobs/{job_id}/artifacts").json()["items"]}
+    manifest = fleet.http.get(f"/v1/jobs/{job_id}/artifacts/manifest.json").json()
+    requests: list[Request] = []
+    page.on("request", lambda request: requests.append(request))  # noqa: PLW0108 (as above)
+
+    log_in(page, fleet, f"#/jobs/{job_id}")
+    expect(page.locator("#artifacts-table tbody tr[data-artifact]")).to_have_count(len(listed))
+    model = page.locator("#artifacts-table tr[data-artifact='model.safetensors']")
+    weights = listed["model.safetensors"]
+    expect(model.locator(".kind")).to_have_text("model")
+    expect(model.locator(".size")).to_have_attribute("title", f"{weights['size']} bytes")
+    expect(model.locator(".sha256")).to_have_text(weights["sha256"][:12])
+    expect(model.locator(".step")).to_have_text("30")
+    for name, kind in (
+        ("outputs/val_split.json", "output"),
+        ("checkpoint-000000030", "checkpoint"),
+    ):
+        expect(page.locator(f"#artifacts-table tr[data-artifact='{name}'] .kind")).to_have_text(
+            kind
+        )
+
+    # The manifest: the precision lineage and the final metrics.
+    expect(page.locator("#manifest-precision")).to_have_text("bf16")
+    expect(page.locator("#manifest-allreduce")).to_have_text("bf16")
+    expect(page.locator("#manifest-fallbacks li.fallback")).to_have_count(0)
+    accuracy = page.locator("#manifest-metrics tr[data-metric='val_accuracy'] .value")
+    expect(accuracy).to_be_visible()
+    shown = float(accuracy.get_attribute("data-value") or "nan")
+    assert (
+        shown
+        == manifest["metrics"]["val_accuracy"]
+        == fleet.job(job_id)["latest_metrics"]["val_accuracy"]
+    )
+    save_screenshot(page, "job-artifacts.png", capsys)
+
+    with page.expect_download() as started:
+        model.locator("button.download").click()
+    download = started.value
+    assert download.suggested_filename == "model.safetensors"
+    saved = tmp_path / "model.safetensors"
+    download.save_as(saved)
+    assert hashlib.sha256(saved.read_bytes()).hexdigest() == weights["sha256"]
+    expect(model).to_have_attribute("data-downloaded", "verified")  # checked in the page too
+    # The key went in a header, never into a URL (history, logs, Referer).
+    fetched = next(r for r in requests if r.url.endswith(f"/{job_id}/artifacts/model.safetensors"))
+    assert fetched.all_headers()["authorization"] == f"Bearer {fleet.admin_key}"
+    assert not [r.url for r in requests if fleet.admin_key in r.url]

@@ -83,6 +83,47 @@ export async function api(path, { method = "GET", body, signal, key } = {}) {
   return response.status === 204 ? null : response.json();
 }
 
+/**
+ * GETs a route's bytes as a Blob, with the key in the Authorization header (a link cannot
+ * send one, and a key in a URL ends up in history and logs). onProgress(received, total)
+ * hears each chunk; total is the Content-Length. Throws ApiError like api().
+ */
+export async function fetchBlob(path, { signal, onProgress = () => {} } = {}) {
+  let response;
+  try {
+    response = await fetch(apiUrl(path), { headers: headers(undefined), signal, cache: "no-store" });
+  } catch (err) {
+    if (err.name === "AbortError") throw err;
+    throw new ApiError(0, "network_error", `cannot reach the API (${err.message})`);
+  }
+  if (!response.ok) {
+    const error = await errorOf(response);
+    if (response.status === 401) onUnauthorized(error);
+    throw error;
+  }
+  const total = Number(response.headers.get("Content-Length")) || null;
+  const type = response.headers.get("Content-Type") || "application/octet-stream";
+  const chunks = [];
+  let received = 0;
+  try {
+    const reader = response.body.getReader();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      received += value.byteLength;
+      onProgress(received, total);
+    }
+  } catch (err) {
+    if (err.name === "AbortError") throw err;
+    throw new ApiError(0, "network_error", `the download broke off after ${received} bytes (${err.message})`);
+  }
+  if (total !== null && received !== total) {
+    throw new ApiError(0, "download_incomplete", `received ${received} of ${total} bytes`);
+  }
+  return new Blob(chunks, { type });
+}
+
 const sleep = (ms, signal) =>
   new Promise((resolve) => {
     const timer = setTimeout(resolve, ms);

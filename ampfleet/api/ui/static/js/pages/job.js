@@ -1,10 +1,12 @@
-// One job: summary and actions, live progress and ETA, the state timeline, metric panels
-// and logs. One SSE stream (GET /v1/jobs/{id}/events) feeds the timeline, the progress (with
-// the server's ETA and, while queued, where the job waits) and the charts; it resumes with
-// Last-Event-ID after a dropped connection. The job itself is fetched again only when its
-// state changes, for what the stream does not carry (attempt, timestamps, failure).
+// One job: summary and actions, live progress and ETA, the state timeline, metric panels,
+// artifacts with the model's manifest, and logs. One SSE stream (GET /v1/jobs/{id}/events)
+// feeds the timeline, the progress (with the server's ETA and, while queued, where the job
+// waits) and the charts; it resumes with Last-Event-ID after a dropped connection. The job
+// itself (and its artifacts) is fetched again only when its state changes, for what the
+// stream does not carry (attempt, timestamps, failure, what was stored).
 import { api, follow } from "../api.js";
 import { TERMINAL, ageOf, clockTime, duration, fill, h, num, progressBar, setProgress, stateBadge } from "../dom.js";
+import { artifactsPanel } from "./jobartifacts.js";
 import { logsPanel } from "./joblogs.js";
 import { MetricStore, drawMetrics, metricPanels } from "./jobmetrics.js";
 
@@ -50,6 +52,7 @@ export function jobPage(ctx, jobId) {
   const queueLine = h("dd", { id: "job-queue" });
   const timeline = h("ol", { id: "timeline", class: "timeline" });
   const { el: charts, panels } = metricPanels();
+  const artifacts = artifactsPanel(ctx, jobId);
   ctx.view.append(head, h("p", { class: "muted" }, "Loading…"));
 
   const runningFor = () => (job.started_at
@@ -182,6 +185,7 @@ export function jobPage(ctx, jobId) {
     if (event === "state" || event === "event") {
       addEvent(data);
       if (event === "state" && data.to_state) {
+        artifacts.load(); // a SUCCEEDED job's model is listed by then; a requeue's checkpoint too
         if (data.to_state !== job.state) {
           job.state = data.to_state;
           drawSummary();
@@ -236,9 +240,11 @@ export function jobPage(ctx, jobId) {
       head,
       h("section", { class: "panel wide" }, summary, actions, progress),
       h("div", { class: "grid" }, panels, h("section", { class: "panel" }, h("h2", {}, "Timeline"), timeline)),
+      artifacts.el,
       logsPanel(ctx, jobId, job.gang_size, !TERMINAL.has(job.state)));
     drawSummary();
     drawMetrics(charts, store, job);
+    artifacts.load();
     const lastEvent = Math.max(0, ...events.keys());
     follow(`/v1/jobs/${jobId}/events`, {
       signal: ctx.signal,
