@@ -86,14 +86,14 @@ def send(
     resolve: Resolver = system_resolver,
 ) -> tuple[int | None, str | None]:
     """(status code, error); a 2xx code and no error means delivered."""
+    if delivery.secret is None:
+        return None, "the webhook's secret cannot be opened: AMPFLEET_SECRET_KEY has changed"
     try:
         # Checked again here (DNS may have changed since the webhook was created), and the
         # request goes to the address just checked, not to a second lookup's answer.
         target = pin(delivery.url, allow_private=settings.webhook_allow_private, resolve=resolve)
     except RefusedTargetError as exc:
         return None, str(exc)
-    if delivery.secret is None:
-        return None, "the webhook's secret cannot be opened: AMPFLEET_SECRET_KEY has changed"
     body = json.dumps(delivery.payload, sort_keys=True, separators=(",", ":")).encode()
     timestamp = int(time.time())
     headers = {

@@ -20,6 +20,7 @@ from ampfleet.core.migrate import alembic_config, upgrade
 from ampfleet.core.models import Webhook
 from ampfleet.core.sealing import is_sealed, unseal
 from ampfleet.core.settings import ADMIN_KEY_FILE_NAME, get_settings
+from tests.factories import job_spec
 from tests.support.env import environment
 from tests.support.files import readable_by_others
 
@@ -68,6 +69,23 @@ def test_webhook_secrets_are_sealed_in_the_database(client: TestClient) -> None:
     for path in (database, database.with_name("ampfleet.db-wal")):
         if path.exists():
             assert hook["secret"].encode() not in path.read_bytes()
+
+
+def test_a_secret_sealed_under_another_key_fails_the_delivery_without_sending(
+    client: TestClient,
+) -> None:
+    import httpx
+
+    from ampfleet.scheduler.webhook_dispatch import claim, send
+
+    client.post("/v1/webhooks", json={"url": "https://93.184.215.14/x", "states": ["QUEUED"]})
+    client.post("/v1/jobs", json=job_spec())
+    (delivery,) = claim(10, "a-different-server-key-entirely")
+    assert delivery.secret is None
+    with httpx.Client(timeout=1) as never_used:
+        code, error = send(never_used, delivery, get_settings())
+    assert code is None
+    assert "AMPFLEET_SECRET_KEY" in (error or "")
 
 
 def test_the_migration_seals_existing_secrets_and_downgrading_opens_them(tmp_path: Path) -> None:
