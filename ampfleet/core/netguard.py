@@ -67,8 +67,13 @@ def pin(url: str, *, allow_private: bool, resolve: Resolver = system_resolver) -
     address = _checked_addresses(parts, resolve, allow_private=allow_private)[0]
     host = f"[{address}]" if address.version == 6 else str(address)
     pinned = parts._replace(netloc=f"{host}:{_port(parts)}").geturl()
-    literal = _literal(parts.hostname or "")
-    return Target(pinned, parts.netloc, None if literal else parts.hostname)
+    hostname = parts.hostname or ""
+    literal = _literal(hostname)
+    # HTTP headers and TLS carry a name as ASCII: an internationalised one as IDNA.
+    name = None if literal is not None else hostname.encode("idna").decode()
+    shown = name or (f"[{hostname}]" if ":" in hostname else hostname)
+    host_header = shown if parts.port is None else f"{shown}:{parts.port}"
+    return Target(pinned, host_header, name)
 
 
 def _parse(url: str) -> SplitResult:

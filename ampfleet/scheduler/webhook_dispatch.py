@@ -108,7 +108,9 @@ def send(
     extensions = {"sni_hostname": target.server_name} if target.server_name else None
     try:
         response = client.post(target.url, content=body, headers=headers, extensions=extensions)
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+        # Any failure is this delivery's own: it is recorded and retried, never left to
+        # stall the batch it was claimed with.
         return None, f"{type(exc).__name__}: {exc}"
     if 200 <= response.status_code < 300:
         return response.status_code, None

@@ -108,6 +108,13 @@ def test_pin_puts_the_checked_address_in_the_url_and_keeps_the_name() -> None:
     )
     target = pin("http://hooks.example/", allow_private=False, resolve=resolving_to("2606:4700::1"))
     assert target.url == "http://[2606:4700::1]:80/"
+    international = pin(
+        "https://bücher.example/", allow_private=False, resolve=resolving_to("8.8.8.8")
+    )
+    assert (international.host_header, international.server_name) == (
+        "xn--bcher-kva.example",
+        "xn--bcher-kva.example",
+    )
     literal = pin("https://[2606:4700::1111]/x", allow_private=False)
     assert (literal.host_header, literal.server_name) == ("[2606:4700::1111]", None)
     with pytest.raises(RefusedTargetError, match=r"10\.0\.0\.1"):
