@@ -55,6 +55,13 @@ class Resources(_Strict):
     selector: dict[SafeName, LabelValue] = Field(
         default_factory=dict, max_length=16, description="Node labels to match, e.g. pool."
     )
+    procs_min: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="Fewest ranks the job accepts on a restart (it resumes from its "
+        "checkpoint resharded onto them); default: exactly its shape.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -66,6 +73,14 @@ class Resources(_Strict):
                 raise ValueError("give either procs, or nodes and procs_per_node, not both")
             return data
         return {"nodes": 1, "procs_per_node": 1, **{k: v for k, v in data.items() if v is not None}}
+
+    @model_validator(mode="after")
+    def _procs_min_fits(self) -> Resources:
+        if self.procs_min is not None and self.procs_min > self.gang_size:
+            raise ValueError(
+                f"procs_min ({self.procs_min}) exceeds the job's {self.gang_size} ranks"
+            )
+        return self
 
     @property
     def gang_size(self) -> int:
@@ -101,6 +116,34 @@ class ExportPolicy(_Strict):
     )
 
 
+class Parallelism(_Strict):
+    """How the ranks share the model: every rank a whole replica (DDP), or each rank a shard
+    of the fp32 master weights and optimizer states (FSDP2, gathered per block for compute
+    in the job's precision, gradients reduce-scattered in its `allreduce_dtype`)."""
+
+    strategy: Literal["auto", "ddp", "fsdp"] = Field(
+        "auto",
+        description="'auto': FSDP when the model states (parameters, gradients, optimizer "
+        "states) exceed `auto_memory_share` of one rank's memory, DDP otherwise.",
+    )
+    auto_memory_share: float = Field(
+        0.5, gt=0.0, le=1.0, description="The share of a rank's memory 'auto' allows DDP."
+    )
+    reshard_after_forward: bool = Field(
+        True,
+        description="FSDP frees each block's gathered parameters after its forward and "
+        "gathers them again for backward: less memory, one more all-gather per block.",
+    )
+    activation_checkpointing: Literal["none", "full"] = Field(
+        "none", description="'full' recomputes each block's activations in backward."
+    )
+    compile: bool = Field(
+        False,
+        description="torch.compile each block; refused at start where the node has no "
+        "compiler toolchain.",
+    )
+
+
 class RetryPolicy(_Strict):
     max_restarts: int = Field(2, ge=0, le=100, description="Restarts after node loss or crash.")
 
@@ -115,6 +158,7 @@ class JobSpec(_Strict):
     resources: Resources = Field(default_factory=Resources)
     precision: Precision = Precision.AUTO
     allreduce_dtype: Precision = Precision.AUTO
+    parallelism: Parallelism = Field(default_factory=Parallelism)
     stop: Stop = Field(default_factory=lambda: Stop(max_steps=100))
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
