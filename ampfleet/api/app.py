@@ -20,6 +20,7 @@ from ampfleet.api.middleware import (
 )
 from ampfleet.api.middleware_request import RequestContextMiddleware
 from ampfleet.api.nodes.router import router as nodes_router
+from ampfleet.api.options import OptionsMiddleware
 from ampfleet.api.projects.router import router as projects_router
 from ampfleet.api.queue.router import router as queue_router
 from ampfleet.api.recipes.router import router as recipes_router
@@ -46,6 +47,7 @@ def create_app() -> FastAPI:
         "training on the fleet; poll or stream their state, events and metrics.",
     )
     install_error_handlers(app)
+    app.add_middleware(OptionsMiddleware)  # inside CORS, which answers preflights first
     app.add_middleware(NulCharacterGuardMiddleware)
     # Outside the NUL guard, which parses the body; inside the size limit, which bounds it.
     app.add_middleware(JsonDepthLimitMiddleware, max_depth=settings.max_json_depth)
