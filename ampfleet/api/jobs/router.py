@@ -31,6 +31,7 @@ from ampfleet.core.states import JobState
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 JOB_ID = re.compile(r"job_[0-9a-z]{26}")
+JOB_CURSOR_PATTERN = r"^[A-Za-z0-9_-]{40}$"  # a job id, base64url without padding
 
 
 @router.post(
@@ -78,7 +79,10 @@ def list_jobs(
     principal: CurrentPrincipal,
     state: Annotated[list[JobState] | None, Query(description="Repeat to match any.")] = None,
     project: Annotated[str | None, Query(max_length=64)] = None,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[
+        str | None,
+        Query(pattern=JOB_CURSOR_PATTERN, description="`next_cursor` of the previous page."),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> JobPage:
     if not principal.is_admin:

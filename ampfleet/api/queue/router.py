@@ -29,7 +29,14 @@ def list_queue(
     session: SessionDep,
     principal: CurrentPrincipal,
     project: Annotated[str | None, Query(max_length=64)] = None,
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            max_length=400,
+            pattern=r"^[A-Za-z0-9_-]+$",  # base64url without padding
+            description="`next_cursor` of the previous page.",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> QueuePage:
     return service.page(
