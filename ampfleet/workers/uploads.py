@@ -14,8 +14,10 @@ next. A failed upload is retried with backoff and, in the end, reported as a job
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -35,6 +37,7 @@ from ampfleet.workers.checkpoint_archive import pack, unpack
 from ampfleet.workers.rundir import RunDir
 
 log = logging.getLogger(__name__)
+UPLOAD_NICENESS = 19
 RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 CONTENT_TYPES = {".json": "application/json", ".safetensors": "application/octet-stream"}
 AttemptKey = tuple[str, int]
@@ -102,6 +105,10 @@ class ArtifactUploader:
             return self._pending[key] == 0
 
     def _run(self) -> None:
+        # The lowest CPU priority for this thread alone (Linux schedules threads as tasks):
+        # on a node whose cores the ranks keep busy, packing and hashing take what is left.
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), UPLOAD_NICENESS)
         while (upload := self._queue.get()) is not None:
             try:
                 self._upload(upload)
