@@ -174,7 +174,11 @@ class Supervisor:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: cancel signals every rank
-            env=rank_environment(os.environ, procs_per_node=request.procs_per_node),
+            env=rank_environment(
+                os.environ,
+                procs_per_node=request.procs_per_node,
+                node_address=self.settings.node_address,
+            ),
         )
         log.info("launched %s attempt %s (pid %s)", request.job_id, request.attempt, process.pid)
         return RunningAttempt(request, process, launcher_log, RecordReader(run_dir.events_file))

@@ -45,6 +45,9 @@ class PrivateRedis:
                 str(self.port),
                 "--bind",
                 self.host,
+                # Protected mode answers only loopback clients while no password is set.
+                "--protected-mode",
+                "yes" if self.host == "127.0.0.1" else "no",
                 "--save",
                 "",
                 "--appendonly",
