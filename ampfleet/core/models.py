@@ -241,6 +241,10 @@ class Webhook(Base):
     project: Mapped[str] = mapped_column(String(64), index=True)
     url: Mapped[str] = mapped_column(Text)
     secret: Mapped[str] = mapped_column(String(128), comment="signs payloads; never shown again")
+    previous_secret: Mapped[str | None] = mapped_column(
+        String(128), comment="the secret before the last rotation, also signing until its end"
+    )
+    previous_secret_until: Mapped[datetime | None] = mapped_column()
     states: Mapped[list[str]] = mapped_column(JSON, comment='job states, or ["*"]')
     metric_thresholds: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     active: Mapped[bool] = mapped_column(Boolean, default=True)

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 PREFIX = "v1."
-"""Marks a sealed value (a plaintext webhook secret is hex, so it never starts with it)."""
+"""Marks a sealed value (a plaintext webhook secret is `whsec_` + base64, or hex if older)."""
 _NONCE_BYTES = 12
 _PURPOSE = b"ampfleet webhook secrets at rest v1"
 

@@ -1,17 +1,27 @@
 """Webhook notifications, queued in the same transaction as the change they report.
 
-Payloads are signed with HMAC-SHA256 over "<timestamp>.<body>" (header
-`X-Ampfleet-Signature: v1=<hex>`, timestamp in `X-Ampfleet-Timestamp`), so a receiver can
-check both origin and freshness.
+Deliveries are signed to the Standard Webhooks scheme, so the stock verifier of any language
+accepts them: `webhook-id` (the delivery id, the same on every retry, so a receiver can drop
+repeats), `webhook-timestamp` (seconds) and `webhook-signature: v1,<base64 HMAC-SHA256 of
+"<id>.<timestamp>.<body>">`, keyed with the base64 bytes of a `whsec_` secret. While a rotated
+secret's overlap lasts, the header carries one signature per secret, space-separated, so a
+receiver holding either verifies.
+
+Secrets made before the standard (64 hex characters) keep working: their HMAC key is the
+text itself (as a standard secret: `whsec_` + base64 of that text), and their deliveries also
+carry the old `X-Ampfleet-Timestamp` and `X-Ampfleet-Signature` headers until rotated.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import operator
+import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -27,10 +37,54 @@ OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
 }
 
+SECRET_PREFIX = "whsec_"  # noqa: S105 - the scheme's marker, not a secret
+_SECRET_BYTES = 32
 
-def sign(secret: str, timestamp: int, body: bytes) -> str:
+
+def new_secret() -> str:
+    return SECRET_PREFIX + base64.b64encode(os.urandom(_SECRET_BYTES)).decode()
+
+
+def is_legacy_secret(secret: str) -> bool:
+    return not secret.startswith(SECRET_PREFIX)
+
+
+def _hmac_key(secret: str) -> bytes:
+    if is_legacy_secret(secret):
+        return secret.encode()
+    try:
+        return base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
+    except binascii.Error as exc:
+        raise ValueError("a whsec_ secret must be base64") from exc
+
+
+def signature(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    digest = hmac.new(_hmac_key(secret), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def legacy_signature(secret: str, timestamp: int, body: bytes) -> str:
+    """The pre-standard `X-Ampfleet-Signature`, sent only for secrets made before it."""
     digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
     return f"v1={digest.hexdigest()}"
+
+
+def signed_headers(
+    secrets: Sequence[str], message_id: str, timestamp: int, body: bytes
+) -> dict[str, str]:
+    """The signature headers of one delivery; `secrets` lists the current secret first, then
+    a rotated one still within its overlap."""
+    headers = {
+        "webhook-id": message_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": " ".join(signature(s, message_id, timestamp, body) for s in secrets),
+    }
+    legacy = [s for s in secrets if is_legacy_secret(s)]
+    if legacy:
+        headers["X-Ampfleet-Timestamp"] = str(timestamp)
+        headers["X-Ampfleet-Signature"] = legacy_signature(legacy[0], timestamp, body)
+    return headers
 
 
 # Projects known to have no webhooks, and until when (monotonic): most projects have none,

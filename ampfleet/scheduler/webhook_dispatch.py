@@ -20,7 +20,7 @@ from ampfleet.core.models import Webhook, WebhookDelivery, utcnow
 from ampfleet.core.netguard import RefusedTargetError, Resolver, pin, system_resolver
 from ampfleet.core.sealing import UnsealError, unseal
 from ampfleet.core.settings import Settings
-from ampfleet.core.webhooks import sign
+from ampfleet.core.webhooks import signed_headers
 
 log = logging.getLogger(__name__)
 CLAIM_FOR = timedelta(seconds=60)
@@ -36,6 +36,8 @@ class Claimed:
     event: str
     payload: dict[str, Any]
     attempts: int
+    previous_secret: str | None = None
+    """A rotated secret still within its overlap: it signs too."""
 
 
 def claim(limit: int, secret_key: str) -> list[Claimed]:
@@ -61,18 +63,30 @@ def claim(limit: int, secret_key: str) -> list[Claimed]:
         if not ids:
             return []
         rows = session.execute(
-            select(WebhookDelivery, Webhook.id, Webhook.url, Webhook.secret)
+            select(WebhookDelivery, Webhook)
             .join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
             .where(WebhookDelivery.id.in_(ids))
             .order_by(WebhookDelivery.id)
         ).all()
         return [
-            Claimed(d.id, url, _opened(sealed, hook_id, secret_key), d.event, d.payload, d.attempts)
-            for d, hook_id, url, sealed in rows
+            Claimed(
+                d.id,
+                hook.url,
+                _opened(hook.secret, hook.id, secret_key),
+                d.event,
+                d.payload,
+                d.attempts,
+                previous_secret=_opened(hook.previous_secret, hook.id, secret_key)
+                if hook.previous_secret_until is not None and hook.previous_secret_until > now
+                else None,
+            )
+            for d, hook in rows
         ]
 
 
-def _opened(sealed: str, webhook_id: str, secret_key: str) -> str | None:
+def _opened(sealed: str | None, webhook_id: str, secret_key: str) -> str | None:
+    if sealed is None:
+        return None
     try:
         return unseal(sealed, row_id=webhook_id, secret_key=secret_key)
     except UnsealError:
@@ -95,15 +109,16 @@ def send(
     except RefusedTargetError as exc:
         return None, str(exc)
     body = json.dumps(delivery.payload, sort_keys=True, separators=(",", ":")).encode()
-    timestamp = int(time.time())
+    secrets = [delivery.secret]
+    if delivery.previous_secret is not None:
+        secrets.append(delivery.previous_secret)
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "ampfleet-webhooks",
         "X-Ampfleet-Event": delivery.event,
         "X-Ampfleet-Delivery": str(delivery.id),
-        "X-Ampfleet-Timestamp": str(timestamp),
-        "X-Ampfleet-Signature": sign(delivery.secret, timestamp, body),
         "Host": target.host_header,
+        **signed_headers(secrets, str(delivery.id), int(time.time()), body),
     }
     extensions = {"sni_hostname": target.server_name} if target.server_name else None
     try:

@@ -1,4 +1,5 @@
-"""Webhooks: SSRF refusal, signed deliveries from the outbox, retries with backoff, the log."""
+"""Webhooks: SSRF refusal, signed deliveries from the outbox (verified with the stock Standard
+Webhooks library), secret rotation, retries with backoff, the log."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+import standardwebhooks
 from fastapi.testclient import TestClient
 
 from ampfleet.core.db import session_scope
-from ampfleet.core.models import Job
+from ampfleet.core.models import Job, Webhook
+from ampfleet.core.sealing import seal
 from ampfleet.core.settings import Settings, get_settings
-from ampfleet.core.webhooks import sign
+from ampfleet.core.webhooks import legacy_signature
 from ampfleet.scheduler.webhook_dispatch import Claimed, deliver_due, send
 from ampfleet.workers.ingest import AttemptFeed, apply_records
 from ampfleet.workers.rundir import RunDir
@@ -128,11 +131,21 @@ def test_state_changes_and_thresholds_are_delivered_signed(
         ("job.state", "CANCELLED"),
     ]
     assert bodies[1]["value"] == 0.6  # fired once, at the first crossing
+    assert hook["secret"].startswith("whsec_")
+    verifier = standardwebhooks.Webhook(hook["secret"])
     for headers, body in receiver.received:
-        timestamp = int(headers["X-Ampfleet-Timestamp"])
-        assert headers["X-Ampfleet-Signature"] == sign(hook["secret"], timestamp, body)
+        assert verifier.verify(body, headers) == json.loads(body)
+        assert "X-Ampfleet-Signature" not in headers  # only for secrets made before the standard
     log = api.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["items"]
     assert [d["status"] for d in log] == ["delivered"] * 3
+    assert [h["webhook-id"] for h, _ in receiver.received] == [str(d["id"]) for d in log]
+    tampered = receiver.received[0][1].replace(b"QUEUED", b"FAILED")
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        verifier.verify(tampered, receiver.received[0][0])
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(
+            api.post("/v1/webhooks", json={"url": receiver.url}).json()["secret"]
+        ).verify(receiver.received[0][1], receiver.received[0][0])
     assert all(d["attempts"] == 1 and d["last_status_code"] == 200 for d in log)
 
 
@@ -160,6 +173,9 @@ def test_failed_deliveries_are_retried_with_backoff_then_given_up(
         gone = api.get(f"/v1/webhooks/{second['id']}/deliveries").json()["items"][0]
         assert (gone["status"], gone["attempts"], gone["last_error"]) == ("failed", 4, "HTTP 500")
         assert len(dead.received) == 4
+        # A retry is the same message to a receiver: the same webhook-id each time.
+        assert {h["webhook-id"] for h, _ in flaky.received} == {str(ok["id"])}
+        assert len(flaky.received) == 3
     finally:
         flaky.close()
         dead.close()
@@ -260,3 +276,70 @@ def test_https_to_a_pinned_address_verifies_the_certificate_against_the_name(
         assert len(receiver.received) == 1
     finally:
         receiver.close()
+
+
+def _queue_one(api: TestClient) -> None:
+    api.post("/v1/jobs", json=job_spec())
+
+
+def test_a_rotated_secret_signs_beside_the_new_one_until_its_overlap_ends(
+    private_allowed: None, make_key, receiver: Receiver
+) -> None:
+    from ampfleet.api.app import create_app
+
+    api = TestClient(create_app(), headers={"Authorization": f"Bearer {make_key()}"})
+    hook = api.post("/v1/webhooks", json={"url": receiver.url, "states": ["QUEUED"]}).json()
+    rotated = api.post(f"/v1/webhooks/{hook['id']}/rotate-secret")
+    assert rotated.status_code == 200
+    new = rotated.json()["secret"]
+    assert new.startswith("whsec_")
+    assert new != hook["secret"]
+    _queue_one(api)
+    dispatch_all()
+    headers, body = receiver.received[-1]
+    assert len(headers["webhook-signature"].split(" ")) == 2
+    for secret in (new, hook["secret"]):  # a receiver holding either secret verifies
+        standardwebhooks.Webhook(secret).verify(body, headers)
+
+    with session_scope() as session:  # the overlap is over
+        row = session.get(Webhook, hook["id"])
+        assert row is not None
+        row.previous_secret_until = datetime.now(UTC) - timedelta(seconds=1)
+    _queue_one(api)
+    dispatch_all()
+    headers, body = receiver.received[-1]
+    assert len(headers["webhook-signature"].split(" ")) == 1
+    standardwebhooks.Webhook(new).verify(body, headers)
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(hook["secret"]).verify(body, headers)
+
+    other = make_key(project="other", role="write")
+    outsider = TestClient(create_app(), headers={"Authorization": f"Bearer {other}"})
+    assert outsider.post(f"/v1/webhooks/{hook['id']}/rotate-secret").status_code == 404
+    assert api.post("/v1/webhooks/wh_missing/rotate-secret").status_code == 404
+
+
+def test_a_secret_made_before_the_standard_verifies_and_keeps_its_old_headers(
+    private_allowed: None, make_key, receiver: Receiver
+) -> None:
+    """A hex secret signs with its text as the HMAC key: as a standard secret it is `whsec_` +
+    base64 of that text; its receivers' old X-Ampfleet-Signature checks keep passing."""
+    import base64
+
+    from ampfleet.api.app import create_app
+
+    api = TestClient(create_app(), headers={"Authorization": f"Bearer {make_key()}"})
+    hook = api.post("/v1/webhooks", json={"url": receiver.url, "states": ["QUEUED"]}).json()
+    legacy = "ab" * 32
+    with session_scope() as session:
+        row = session.get(Webhook, hook["id"])
+        assert row is not None
+        row.secret = seal(legacy, row_id=row.id, secret_key=get_settings().secret_key)
+    _queue_one(api)
+    dispatch_all()
+    headers, body = receiver.received[-1]
+    standardwebhooks.Webhook("whsec_" + base64.b64encode(legacy.encode()).decode()).verify(
+        body, headers
+    )
+    timestamp = int(headers["X-Ampfleet-Timestamp"])
+    assert headers["X-Ampfleet-Signature"] == legacy_signature(legacy, timestamp, body)

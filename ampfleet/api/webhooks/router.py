@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import secrets
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response, status
@@ -16,13 +15,13 @@ from ampfleet.api.bounds import MAX_ID
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import NotFoundError, UnprocessableError, responses
 from ampfleet.core.ids import new_id
-from ampfleet.core.models import Webhook, WebhookDelivery
+from ampfleet.core.models import Webhook, WebhookDelivery, utcnow
 from ampfleet.core.netguard import refuse_reason
 from ampfleet.core.sealing import seal
 from ampfleet.core.settings import get_settings
 from ampfleet.core.spec import SafeName
 from ampfleet.core.states import JobState
-from ampfleet.core.webhooks import forget_subscribers
+from ampfleet.core.webhooks import forget_subscribers, new_secret
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
@@ -65,7 +64,17 @@ class WebhookOut(BaseModel):
 
 
 class CreatedWebhook(WebhookOut):
-    secret: str = Field(description="Verifies X-Ampfleet-Signature. Shown this once.")
+    secret: str = Field(
+        description="`whsec_` + base64: verifies `webhook-signature` with any Standard "
+        "Webhooks library. Shown this once."
+    )
+
+
+class RotatedSecret(BaseModel):
+    secret: str = Field(description="The new `whsec_` secret. Shown this once.")
+    previous_secret_until: datetime = Field(
+        description="Until then deliveries carry a signature by the previous secret as well."
+    )
 
 
 class WebhookList(BaseModel):
@@ -106,9 +115,10 @@ def _get(session: Session, webhook_id: str, principal: Principal) -> Webhook:
     response_model=CreatedWebhook,
     responses=responses(401, 403, 422),
     summary="Subscribe a URL to job state changes and metric thresholds",
-    description="Payloads are signed: X-Ampfleet-Signature = 'v1=' + hex(HMAC-SHA256(secret, "
-    "X-Ampfleet-Timestamp + '.' + body)). Targets on loopback or private networks are "
-    "refused unless the server allows them.",
+    description="Deliveries are signed to the Standard Webhooks scheme: `webhook-id` (the "
+    "delivery id, the same on every retry), `webhook-timestamp` and `webhook-signature` = "
+    "'v1,' + base64(HMAC-SHA256(base64-decoded secret, id + '.' + timestamp + '.' + body)). "
+    "Targets on loopback or private networks are refused unless the server allows them.",
 )
 def create_webhook(
     body: WebhookIn, session: SessionDep, principal: CurrentPrincipal
@@ -119,7 +129,7 @@ def create_webhook(
     refusal = refuse_reason(body.url, allow_private=settings.webhook_allow_private)
     if refusal:
         raise UnprocessableError.for_field("url", refusal)
-    webhook_id, secret = new_id("wh"), secrets.token_hex(32)
+    webhook_id, secret = new_id("wh"), new_secret()
     webhook = Webhook(
         id=webhook_id,
         project=project,
@@ -134,6 +144,30 @@ def create_webhook(
     forget_subscribers(project)
     out = WebhookOut.model_validate(webhook, from_attributes=True)
     return CreatedWebhook(**out.model_dump(), secret=secret)
+
+
+@router.post(
+    "/{webhook_id}/rotate-secret",
+    response_model=RotatedSecret,
+    responses=responses(401, 403, 404),
+    summary="Replace the signing secret; the old one keeps signing for an overlap",
+    description="Deliveries carry two signatures (new first) until `previous_secret_until` "
+    "(AMPFLEET_WEBHOOK_SECRET_OVERLAP_S after the rotation), so receivers can switch to "
+    "the new secret at any time within it. Rotating again ends the earlier overlap.",
+)
+def rotate_webhook_secret(
+    webhook_id: str, session: SessionDep, principal: CurrentPrincipal
+) -> RotatedSecret:
+    webhook = _get(session, webhook_id, principal)
+    principal.check_can_write(webhook.project)
+    settings = get_settings()
+    secret = new_secret()
+    # Sealed to the same row, so the stored value moves over as it is.
+    webhook.previous_secret = webhook.secret
+    webhook.previous_secret_until = utcnow() + timedelta(seconds=settings.webhook_secret_overlap_s)
+    webhook.secret = seal(secret, row_id=webhook.id, secret_key=settings.secret_key)
+    session.flush()
+    return RotatedSecret(secret=secret, previous_secret_until=webhook.previous_secret_until)
 
 
 @router.get("", response_model=WebhookList, responses=responses(401), summary="List webhooks")
