@@ -15,14 +15,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ampfleet.core.fleet import NodeView
+from ampfleet.core.fleet import NodeView, job_request_of
 from ampfleet.core.recipes import RecipeDefinition, get_recipe
 
 MB = 1 << 20
 
 BYTES_PER_PARAMETER = 16
-"""DDP with AdamW on fp32 master weights: each rank holds weights (4 bytes), gradients (4)
-and Adam's two moments (4 + 4) for every parameter, whatever the autocast dtype."""
+"""AdamW on fp32 master weights: weights (4 bytes), gradients (4) and Adam's two moments
+(4 + 4) for every parameter, whatever the autocast dtype. Under DDP every rank holds all of
+them; under FSDP each rank holds its shard."""
 
 RUNTIME_ALLOWANCE_BYTES = 512 * MB
 """The interpreter, torch, the process group and the data loader: a CPU rank's data segment
@@ -35,6 +36,7 @@ class RankMemory:
     model_states_bytes: int
     activation_bytes: int
     runtime_bytes: int = RUNTIME_ALLOWANCE_BYTES
+    shards: int = 1
 
     @property
     def total_bytes(self) -> int:
@@ -43,26 +45,36 @@ class RankMemory:
     def describe(self) -> str:
         return (
             f"about {self.total_bytes / MB:,.0f} MB per rank ({self.parameters:,} parameters x "
-            f"{BYTES_PER_PARAMETER} bytes for DDP with AdamW = {self.model_states_bytes / MB:,.0f}"
-            f" MB, activations {self.activation_bytes / MB:,.0f} MB, runtime "
+            f"{BYTES_PER_PARAMETER} bytes for AdamW{self._sharding} = "
+            f"{self.model_states_bytes / MB:,.0f} MB, activations "
+            f"{self.activation_bytes / MB:,.0f} MB, runtime "
             f"{self.runtime_bytes / MB:,.0f} MB)"
         )
 
+    @property
+    def _sharding(self) -> str:
+        return f" / {self.shards} FSDP shards" if self.shards > 1 else " (DDP: a whole replica)"
 
-def rank_memory(recipe: RecipeDefinition, hyperparameters: Any) -> RankMemory:
-    """The estimate for validated hyperparameters; every rank holds the whole model (DDP)."""
+
+def rank_memory(recipe: RecipeDefinition, hyperparameters: Any, shards: int = 1) -> RankMemory:
+    """The estimate for validated hyperparameters, the model states split into `shards`."""
     parameters = recipe.parameter_count(hyperparameters)
     return RankMemory(
         parameters=parameters,
-        model_states_bytes=parameters * BYTES_PER_PARAMETER,
+        model_states_bytes=-(-parameters * BYTES_PER_PARAMETER // shards),
         activation_bytes=recipe.activation_bytes(hyperparameters),
+        shards=shards,
     )
 
 
 def job_rank_memory(resolved: Mapping[str, Any]) -> RankMemory:
-    """The estimate for a resolved spec, whose hyperparameters its recipe has validated."""
+    """The estimate for a resolved spec, whose hyperparameters its recipe has validated.
+    'fsdp' shards the states over every rank, and so may 'auto' when DDP would not fit."""
     recipe = get_recipe(resolved["recipe"])
-    return rank_memory(recipe, recipe.hyperparameters.model_validate(resolved["hyperparameters"]))
+    strategy = (resolved.get("parallelism") or {}).get("strategy", "ddp")
+    shards = job_request_of(resolved).slots if strategy in ("fsdp", "auto") else 1
+    hyperparameters = recipe.hyperparameters.model_validate(resolved["hyperparameters"])
+    return rank_memory(recipe, hyperparameters, shards)
 
 
 def slot_memory_mb(memory_mb: int | None, slots: int) -> int | None:

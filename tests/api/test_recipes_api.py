@@ -118,3 +118,14 @@ def test_the_largest_matching_node_decides_and_unknown_memory_refuses_nothing(
     response = client.post("/v1/jobs", json=small_only)
     assert response.status_code == 422, response.text
     assert "1,000 MB per slot" in response.json()["error"]["message"]
+
+
+def test_fsdp_shards_the_model_states_over_every_rank(client: TestClient) -> None:
+    register_cpu_node(slots=8, memory_mb=8 * 16_000)
+    resources = {"nodes": 1, "procs_per_node": 8}
+    spec = job_spec(recipe="gpt-bench", hyperparameters=LARGE_GPT, resources=resources)
+    ddp = client.post("/v1/jobs", json={**spec, "parallelism": {"strategy": "ddp"}})
+    assert ddp.status_code == 422, ddp.text
+    assert "DDP: a whole replica" in ddp.json()["error"]["message"]
+    fsdp = client.post("/v1/jobs", json={**spec, "parallelism": {"strategy": "fsdp"}})
+    assert fsdp.status_code == 202, fsdp.text
