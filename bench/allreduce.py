@@ -1,7 +1,10 @@
-"""AllReduce of one gradient bucket on 2 gloo ranks over loopback: our bf16 and fp16 wire
-formats against fp32 (what DDP does by default), side by side in one run.
+"""AllReduce of one gradient bucket on gloo ranks: our bf16 and fp16 wire formats against
+fp32 (what DDP does by default), side by side in one run; over loopback (2 ranks), or with
+`--link`, one rank per host of the network bed (tests/support/netbed.py), each host on a
+link of that rate, for 2 and 3 hosts.
 
     python -m bench.allreduce [--sizes-mib 1 5 10 25 50 100] [--reps 9] [--runs 3]
+    python -m bench.allreduce --link 1gbit,10gbit [--hosts 2 3] [--sizes-mib 25 100]
 
 Each timing covers the whole hook's work on a persistent bucket, as DDP has one (divide,
 cast, reduce, cast back); the bucket is refilled before each timed call. A figure is the
@@ -13,15 +16,24 @@ read off the loopback interface's counters: what went over it, TCP headers inclu
 Also shown, all on bf16: gloo's own half-precision all_reduce (why we do not use it); our
 ring, which ranks use from three on, run here on two; and the two halves of our two-rank
 hook's cost measured apart: `wire` moves its half-precision bytes with no arithmetic,
-`casts` does its arithmetic (divide, cast, widen, add) with no transfer.
+`casts` does its arithmetic (divide, cast, widen, add) with no transfer. On a link, also:
+`swap`, the two-rank swap through one process group (send and receive take turns), and
+`gather`, an all_gather of the wire values summed in fp32 (one rounding per contribution
+at any world size, (world size)/4 of fp32's bytes). `floor` is the hook's bytes over the
+link rate. On a link, bytes are read off each host's own interface.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,36 +42,49 @@ import torch.distributed as dist
 
 from ampfleet.workers.training.allreduce import compressed_all_reduce_
 from ampfleet.workers.training.localranks import run_ranks
-from ampfleet.workers.training.ring import Workspace, pair_average_, ring_average_
+from ampfleet.workers.training.ring import (
+    PairDirections,
+    Workspace,
+    pair_average_,
+    ring_average_,
+)
 
 VARIANTS = ("fp32", "bf16", "fp16", "gloo_bf16", "ring_bf16", "wire", "casts")
+LINK_VARIANTS = ("fp32", "bf16", "fp16", "gloo_bf16", "ring_bf16", "swap", "gather")
+# Where the ranks' bytes are counted: loopback carries every rank's (shared), a host of the
+# bed only its own.
+INTERFACE = {"loopback": "lo", "link": "eth0"}
 
 
-def _loopback_bytes() -> int:
-    """Bytes the loopback interface has carried: what the ranks really sent, headers too."""
+def _interface_bytes(interface: str) -> int:
+    """Bytes `interface` has carried (received, which on lo is also sent), headers too."""
     for line in Path("/proc/net/dev").read_text().splitlines():
         name, _, counters = line.partition(":")
-        if name.strip() == "lo":
-            return int(counters.split()[0])
-    raise RuntimeError("no loopback interface in /proc/net/dev")
+        if name.strip() == interface:
+            return int(counters.split()[0 if interface == "lo" else 8])
+    raise RuntimeError(f"no interface {interface} in /proc/net/dev")
 
 
-def _sent_bytes(fn: Callable[[], object], world_size: int) -> float:
-    """Bytes one call sends per rank, read off the loopback counters around it."""
+def _sent_bytes(fn: Callable[[], object], world_size: int, interface: str) -> float:
+    """Bytes one call sends per rank, read off the interface's counters around it."""
     dist.barrier()
-    before = _loopback_bytes()
+    before = _interface_bytes(interface)
     fn()
     dist.barrier()
-    return (_loopback_bytes() - before) / world_size
+    sent = _interface_bytes(interface) - before
+    return sent / world_size if interface == "lo" else float(sent)
 
 
 def _timed_rounds(
-    functions: dict[str, Callable[[], object]], refill: Callable[[], object], reps: int
+    functions: dict[str, Callable[[], object]],
+    refill: Callable[[], object],
+    reps: int,
+    interface: str = "lo",
 ) -> dict[str, Any]:
     sent = {}
     for name, fn in functions.items():  # warm-up (first touch of workspace pages), bytes
         refill()
-        sent[name] = _sent_bytes(fn, dist.get_world_size())
+        sent[name] = _sent_bytes(fn, dist.get_world_size(), interface)
     times: dict[str, list[float]] = {name: [] for name in functions}
     for _ in range(reps):
         for name, fn in functions.items():
@@ -70,32 +95,49 @@ def _timed_rounds(
             times[name].append(time.perf_counter() - started)
     medians = torch.tensor([statistics.median(times[name]) for name in functions])
     dist.all_reduce(medians, op=dist.ReduceOp.MAX)  # every rank reports the slowest
-    return {"seconds": dict(zip(functions, medians.tolist(), strict=True)), "sent": sent}
+    most = torch.tensor([sent[name] for name in functions])
+    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    return {
+        "seconds": dict(zip(functions, medians.tolist(), strict=True)),
+        "sent": dict(zip(functions, most.tolist(), strict=True)),
+    }
 
 
 def _variants(
-    rank: int, world_size: int, numel: int
+    rank: int, world_size: int, numel: int, mode: str
 ) -> tuple[dict[str, Callable[[], object]], Callable[[], object]]:
     """Each variant's call on a bucket of `numel` fp32 gradients, and the bucket's refill."""
     peer = 1 - rank
     gradients = torch.randn(numel, generator=torch.Generator().manual_seed(rank))
     bucket = torch.empty_like(gradients)
     mine, theirs = (torch.empty(numel, dtype=torch.bfloat16) for _ in range(2))
+    gathered = torch.empty(world_size * numel, dtype=torch.bfloat16)
     # One workspace per variant, as a job has (its wire dtype is fixed): a shared one would
     # reallocate at every dtype change, and fresh pages are slow.
-    workspaces = {name: Workspace() for name in ("bf16", "fp16", "ring_bf16", "casts")}
+    workspaces = {name: Workspace() for name in ("bf16", "fp16", "ring_bf16", "casts", "swap")}
+    # As attach() gives a job of two gloo ranks.
+    directions = PairDirections() if world_size == 2 else None
 
     def fp32() -> None:
         bucket.div_(world_size)
         dist.all_reduce(bucket)
 
     def ours(dtype: torch.dtype, workspace: Workspace) -> Callable[[], object]:
-        return lambda: compressed_all_reduce_(bucket, dtype, workspace=workspace)
+        return lambda: compressed_all_reduce_(
+            bucket, dtype, workspace=workspace, directions=directions
+        )
 
     def gloo_bf16() -> None:
         torch.div(bucket, world_size, out=mine)
         dist.all_reduce(mine)
         bucket.copy_(mine)
+
+    def gather() -> None:
+        mine.copy_(bucket.div_(world_size))
+        dist.all_gather_into_tensor(gathered, mine)
+        bucket.copy_(gathered[:numel])
+        for index in range(1, world_size):
+            bucket.add_(gathered[index * numel : (index + 1) * numel].float())
 
     def wire() -> None:
         works = [dist.isend(mine, peer), dist.irecv(theirs, peer)]
@@ -118,50 +160,123 @@ def _variants(
         "fp16": ours(torch.float16, workspaces["fp16"]),
         "gloo_bf16": gloo_bf16,
         "ring_bf16": lambda: ring_average_(bucket, torch.bfloat16, workspaces["ring_bf16"]),
+        "swap": lambda: pair_average_(bucket, torch.bfloat16, workspaces["swap"]),
+        "gather": gather,
         "wire": wire,
         "casts": casts,
     }
-    return functions, lambda: bucket.copy_(gradients)
+    wanted: tuple[str, ...] = (*VARIANTS, "swap") if mode == "loopback" else LINK_VARIANTS
+    if world_size != 2:  # the two-rank algorithms
+        wanted = tuple(name for name in wanted if name not in ("swap", "wire", "casts"))
+    return {name: functions[name] for name in wanted}, lambda: bucket.copy_(gradients)
 
 
 def _measure(
-    rank: int, world_size: int, sizes_mib: list[float], reps: int
+    rank: int, world_size: int, sizes_mib: list[float], reps: int, mode: str = "loopback"
 ) -> dict[float, dict[str, Any]]:
     results = {}
     for size in sizes_mib:
-        functions, refill = _variants(rank, world_size, int(size * 2**20) // 4)
-        results[size] = _timed_rounds(functions, refill, reps)
+        functions, refill = _variants(rank, world_size, int(size * 2**20) // 4, mode)
+        results[size] = _timed_rounds(functions, refill, reps, INTERFACE[mode])
     return results
+
+
+def _on_bed(hosts: int, rate: str, sizes_mib: list[float], reps: int) -> dict[float, Any]:
+    """One run with rank r in host r of a fresh bed; rank 0's results."""
+    from tests.support.netbed import network_bed
+
+    with network_bed(hosts, rate=rate) as bed, tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rank0.pt"
+        processes = []
+        for rank in range(hosts):
+            env = {
+                **os.environ,
+                "MASTER_ADDR": bed.address(0),
+                "MASTER_PORT": "29611",
+                "RANK": str(rank),
+                "WORLD_SIZE": str(hosts),
+                "GLOO_SOCKET_IFNAME": bed.interface,
+            }
+            argv = [sys.executable, "-m", "bench.allreduce", "--as-rank", str(out), "--reps"]
+            argv += [str(reps), "--sizes-mib", *map(str, sizes_mib)]
+            processes.append(subprocess.Popen(bed.command(rank, argv), env=env))
+        for process in processes:
+            if process.wait(timeout=1800) != 0:
+                raise RuntimeError(f"a rank exited with {process.returncode}")
+        return torch.load(out, weights_only=True)  # type: ignore[no-any-return]
+
+
+def _as_rank(out: str, sizes_mib: list[float], reps: int) -> None:
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    dist.init_process_group("gloo", timeout=timedelta(seconds=600))
+    try:
+        results = _measure(rank, world_size, sizes_mib, reps, "link")
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        torch.save(results, out)
+
+
+def _table(rounds: list[dict[float, Any]], sizes_mib: list[float], rate: str | None) -> None:
+    names = list(rounds[0][sizes_mib[0]]["seconds"])
+    extra = [n for n in names if n not in ("fp32", "bf16", "fp16")]
+    header = (
+        f"{'bucket':>8} {'fp32 ms':>8} {'bf16 ms':>8} {'fp16 ms':>8} | {'bf16/fp32':>9} "
+        f"{'fp16/fp32':>9} {'bytes':>6}"
+        + (f" {'floor':>6}" if rate else "")
+        + " | "
+        + " ".join(f"{name:>9}" for name in extra)
+    )
+    print(header)
+    print("-" * len(header))
+    for size in sizes_mib:
+        med = {k: statistics.median(r[size]["seconds"][k] for r in rounds) for k in names}
+        sent = {k: statistics.median(r[size]["sent"][k] for r in rounds) for k in names}
+        bytes_ratio = max(sent["bf16"], sent["fp16"]) / sent["fp32"]
+        fp32 = med["fp32"]
+        ratio = {k: med[k] / fp32 for k in names}
+        floor = ""
+        if rate:
+            from tests.support.netbed import rate_bits
+
+            seconds = max(sent["bf16"], sent["fp16"]) * 8 / rate_bits(rate)
+            floor = f" {seconds / fp32:>5.2f}x"
+        print(
+            f"{size:>6g}Mi {fp32 * 1e3:>8.2f} {med['bf16'] * 1e3:>8.2f} "
+            f"{med['fp16'] * 1e3:>8.2f} | {ratio['bf16']:>8.2f}x {ratio['fp16']:>8.2f}x "
+            f"{bytes_ratio:>5.2f}x{floor} | " + " ".join(f"{ratio[k]:>8.2f}x" for k in extra)
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes-mib", type=float, nargs="+", default=[1, 5, 10, 25, 50, 100])
+    parser.add_argument("--sizes-mib", type=float, nargs="+", default=None)
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--link", help="comma-separated rates of the bed's links: 1gbit,10gbit")
+    parser.add_argument("--hosts", type=int, nargs="+", default=[2, 3])
+    parser.add_argument("--as-rank", help=argparse.SUPPRESS)  # one rank of a --link run
     args = parser.parse_args()
-
-    rounds = [run_ranks(_measure, 2, args.sizes_mib, args.reps)[0] for _ in range(args.runs)]
-    print(f"2 gloo ranks, loopback; median of {args.runs} runs x {args.reps} calls")
-    header = (
-        f"{'bucket':>8} {'fp32 ms':>8} {'bf16 ms':>8} {'fp16 ms':>8} | {'bf16/fp32':>9} "
-        f"{'fp16/fp32':>9} {'bytes':>6} | {'gloo bf16':>9} {'ring bf16':>9} | "
-        f"{'wire':>6} {'casts':>6}"
-    )
-    print(header)
-    print("-" * len(header))
-    for size in args.sizes_mib:
-        med = {k: statistics.median(r[size]["seconds"][k] for r in rounds) for k in VARIANTS}
-        sent = {k: statistics.median(r[size]["sent"][k] for r in rounds) for k in VARIANTS}
-        bytes_ratio = max(sent["bf16"], sent["fp16"]) / sent["fp32"]
-        fp32 = med["fp32"]
-        ratio = {k: med[k] / fp32 for k in VARIANTS}
-        print(
-            f"{size:>6g}Mi {fp32 * 1e3:>8.2f} {med['bf16'] * 1e3:>8.2f} "
-            f"{med['fp16'] * 1e3:>8.2f} | {ratio['bf16']:>8.2f}x {ratio['fp16']:>8.2f}x "
-            f"{bytes_ratio:>5.2f}x | {ratio['gloo_bf16']:>8.2f}x "
-            f"{ratio['ring_bf16']:>8.2f}x | {ratio['wire']:>5.2f}x {ratio['casts']:>5.2f}x"
-        )
+    if args.as_rank:
+        _as_rank(args.as_rank, args.sizes_mib, args.reps)
+        return
+    if not args.link:
+        sizes = args.sizes_mib or [1, 5, 10, 25, 50, 100]
+        rounds = [run_ranks(_measure, 2, sizes, args.reps)[0] for _ in range(args.runs)]
+        print(f"2 gloo ranks, loopback; median of {args.runs} runs x {args.reps} calls")
+        _table(rounds, sizes, None)
+        return
+    sizes = args.sizes_mib or [25, 100]
+    for rate in args.link.split(","):
+        for hosts in args.hosts:
+            # Runs of each configuration interleaved with nothing else of ours: a bed per run.
+            rounds = [_on_bed(hosts, rate, sizes, args.reps) for _ in range(args.runs)]
+            print(
+                f"\n{hosts} hosts x 1 gloo rank, {rate} links (tbf); "
+                f"median of {args.runs} runs x {args.reps} calls"
+            )
+            _table(rounds, sizes, rate)
 
 
 if __name__ == "__main__":

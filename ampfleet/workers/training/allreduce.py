@@ -30,7 +30,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from ampfleet.workers.training.precision import DTYPES
-from ampfleet.workers.training.ring import CommThread, Workspace, wire_average_
+from ampfleet.workers.training.ring import CommThread, PairDirections, Workspace, wire_average_
 
 
 @dataclass
@@ -46,6 +46,8 @@ class AllReduceState:
     switch_reason: str | None = None
     """Set once, when the guard switched this job to fp32."""
     workspace: Workspace = field(default_factory=Workspace, repr=False)
+    directions: PairDirections | None = field(default=None, repr=False)
+    """Two ranks on gloo: a process group per direction of the swap (see ring.py)."""
     _comm_thread: CommThread | None = field(default=None, repr=False)
 
     def begin_step(self, step: int) -> None:
@@ -73,7 +75,11 @@ class AllReduceState:
 
     def check_guard(self, result: torch.Tensor, reference: torch.Tensor) -> None:
         denominator = reference.norm().clamp_min(torch.finfo(torch.float32).tiny)
-        error = float((result.float() - reference).norm() / denominator)
+        self.record_error(float((result.float() - reference).norm() / denominator))
+
+    def record_error(self, error: float) -> None:
+        """The guard's decision on one measured relative error (FSDP's reduce-scatter
+        measures its own over every rank's shard)."""
         self.last_relative_error = error
         if error > self.guard_threshold and self.switch_reason is None:
             self.switch_reason = (
@@ -90,12 +96,13 @@ def compressed_all_reduce_(
     key: int = 0,
     reference: torch.Tensor | None = None,
     state: AllReduceState | None = None,
+    directions: PairDirections | None = None,
 ) -> torch.Tensor:
     """Average `buffer` over the world through a `dtype` wire, in place (the gloo path);
     with a `reference`, reduce it in fp32 too and let the guard compare the two."""
     if reference is not None:
         dist.all_reduce(reference)
-    wire_average_(buffer, dtype, workspace or Workspace(), key)
+    wire_average_(buffer, dtype, workspace or Workspace(), key, directions)
     if reference is not None and state is not None:
         state.check_guard(buffer, reference)
     return buffer
@@ -125,6 +132,7 @@ def allreduce_hook(state: AllReduceState, bucket: GradBucket) -> torch.futures.F
                 key=index,
                 reference=reference,
                 state=state,
+                directions=state.directions,
             )
         )
     if reference is not None:
@@ -148,4 +156,6 @@ def allreduce_hook(state: AllReduceState, bucket: GradBucket) -> torch.futures.F
 
 def attach(model: DistributedDataParallel, state: AllReduceState) -> None:
     """Every dtype goes through our hook (fp32 too) so every run is measured the same way."""
+    if state.backend != "nccl" and dist.get_world_size() == 2 and state.directions is None:
+        state.directions = PairDirections()
     model.register_comm_hook(state=state, hook=allreduce_hook)
