@@ -12,6 +12,7 @@ import torch
 from ampfleet.core.recipes import get_recipe
 from ampfleet.workers.rundir import RecordReader, RecordWriter
 from ampfleet.workers.training.loop import LoopConfig, Trainer
+from ampfleet.workers.training.parallel import ParallelConfig
 from ampfleet.workers.training.task import RecipeContext
 
 
@@ -53,6 +54,8 @@ def train_recipe(
     seed: int = 0,
     flush_s: float = 0.0,
     stop_requested: Callable[[], bool] | None = None,
+    strategy: str = "ddp",
+    guard_every: int = 50,
 ) -> dict[str, Any]:
     """One rank's run; rank 0's records land in out_dir/events.jsonl."""
     torch.manual_seed(seed)
@@ -82,6 +85,8 @@ def train_recipe(
         checkpoint_every_steps=checkpoint_every,
         keep_last_checkpoints=3,
         checkpoint_dir=Path(out_dir) / "checkpoints",
+        guard_every_steps=guard_every,
+        parallel=ParallelConfig(strategy=strategy),
     )
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     writer = RecordWriter(Path(out_dir) / "events.jsonl", flush_s) if rank == 0 else None

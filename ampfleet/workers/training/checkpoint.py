@@ -1,76 +1,68 @@
-"""Atomic, job-scoped checkpoints that load with `weights_only=True`.
+"""Sharded, reshardable checkpoints with torch.distributed.checkpoint (DCP), written while
+training goes on, atomic at the checkpoint level.
 
-Rank 0 writes the model, optimizer, scaler, step and the precision/communication setup;
-every rank writes its own RNG state. Each file is written to a temporary name, fsynced and
-renamed, so a crash mid-write leaves the previous checkpoint intact. The last K are kept.
+One checkpoint is one folder, `ckpt-<step>/`: DCP's files (each rank writes the shards it
+holds; a replicated DDP state is written once), `.metadata` (which DCP writes last, once every
+rank's part is in), each rank's RNG, and `meta.json` (step, data position, loss scaler, and
+the lineage: strategy, world size, dtypes). DCP stores tensors by their fully qualified names
+and global shapes, so a checkpoint loads into any world size and either strategy.
+
+It is written under `.ckpt-<step>.partial/` and renamed once complete: a rank killed while
+the checkpoint is being persisted leaves a partial folder that nothing reads and the
+previous checkpoint as the latest. Saving is asynchronous: `save` copies the state to host
+memory and returns; a background thread (with a process group of its own, so its
+collectives never interleave with training's) persists it; `poll` at a step boundary
+publishes a finished one (rename, keep-last-K, the `artifact` record). Loading is DCP's or
+`weights_only=True`: nothing in a checkpoint is unpickled.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
+import shutil
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import async_save
+from torch.distributed.checkpoint.storage import StorageWriter
 
 from ampfleet.core.artifact_names import checkpoint_name
 
-FORMAT_VERSION = 1
-_NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
-
-
-def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as file:
-        torch.save(obj, file)
-        file.flush()
-        os.fsync(file.fileno())
-    tmp.replace(path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+FORMAT_VERSION = 2
+META = "meta.json"
+_NAME = re.compile(r"^ckpt-(\d{9})$")
+_PARTIAL = re.compile(r"^\.ckpt-\d{9}\.partial$")
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
-    return directory / f"ckpt-{step:09d}.pt"
+    return directory / f"ckpt-{step:09d}"
 
 
-def rng_path(directory: Path, step: int, rank: int) -> Path:
-    return directory / f"rng-{step:09d}-rank{rank}.pt"
+def partial_path(directory: Path, step: int) -> Path:
+    return directory / f".ckpt-{step:09d}.partial"
 
 
-def save(directory: Path, step: int, state: dict[str, Any], *, rank: int, keep_last: int) -> None:
-    """Called on every rank: rank 0 saves `state`, every rank its RNG; then prunes."""
-    directory.mkdir(parents=True, exist_ok=True)
-    _atomic_save(capture_rng(), rng_path(directory, step, rank))
-    if rank == 0:
-        _atomic_save(
-            {"format": FORMAT_VERSION, "step": step, **state}, checkpoint_path(directory, step)
-        )
-        prune(directory, keep_last)
-
-
-def artifact_record(directory: Path, step: int, lineage: dict[str, Any]) -> dict[str, Any]:
-    """Rank 0's `artifact` record of the checkpoint at `step`, once every rank's files of it
-    are written: the node agent uploads them as one object, listed with `lineage`."""
-    paths = [*sorted(directory.glob(f"rng-{step:09d}-rank*.pt")), checkpoint_path(directory, step)]
-    return {
-        "artifact_kind": "checkpoint",
-        "name": checkpoint_name(step),
-        "paths": [str(path) for path in paths],
-        "step": step,
-        "details": lineage,
-    }
+def rng_path(checkpoint: Path, rank: int) -> Path:
+    return checkpoint / f"rng-rank{rank}.pt"
 
 
 def steps_available(directory: Path) -> list[int]:
     if not directory.is_dir():
         return []
-    return sorted(int(m.group(1)) for p in directory.iterdir() if (m := _NAME.match(p.name)))
+    return sorted(
+        int(m.group(1))
+        for p in directory.iterdir()
+        if (m := _NAME.match(p.name)) and (p / META).exists()
+    )
 
 
 def latest(directory: Path) -> Path | None:
@@ -78,18 +70,123 @@ def latest(directory: Path) -> Path | None:
     return checkpoint_path(directory, steps[-1]) if steps else None
 
 
-def load(path: Path, map_location: torch.device | str = "cpu") -> dict[str, Any]:
-    state: dict[str, Any] = torch.load(path, map_location=map_location, weights_only=True)
-    if state.get("format") != FORMAT_VERSION:
-        raise ValueError(f"{path.name}: unsupported checkpoint format {state.get('format')}")
-    return state
+def read_meta(checkpoint: Path) -> dict[str, Any]:
+    meta: dict[str, Any] = json.loads((checkpoint / META).read_text())
+    if meta.get("format") != FORMAT_VERSION:
+        raise ValueError(f"{checkpoint.name}: unsupported checkpoint format {meta.get('format')}")
+    return meta
+
+
+def load(checkpoint: Path, state: dict[str, Any]) -> None:
+    """Fills `state` (model and optimizer state dicts, shaped for this world and strategy)
+    in place from the checkpoint, resharding as needed. Collective."""
+    dcp_load(state, checkpoint_id=checkpoint)
+
+
+def artifact_record(checkpoint: Path, step: int, lineage: dict[str, Any]) -> dict[str, Any]:
+    """Rank 0's `artifact` record of a complete checkpoint: the node agent uploads its files
+    as one object, listed with `lineage`."""
+    return {
+        "artifact_kind": "checkpoint",
+        "name": checkpoint_name(step),
+        "paths": [str(path) for path in sorted(checkpoint.iterdir()) if path.is_file()],
+        "step": step,
+        "details": lineage,
+    }
+
+
+Published = Callable[[Path, int, dict[str, Any]], None]
+
+
+class CheckpointManager:
+    """One rank's side of the checkpoints: at most one save in flight; rank 0 publishes."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        rank: int,
+        keep_last: int,
+        before_publish: Callable[[], None] = lambda: None,
+        on_published: Published | None = None,
+        storage_writer: Callable[[Path], StorageWriter] = FileSystemWriter,
+    ) -> None:
+        self.directory = directory
+        self.rank = rank
+        self.keep_last = keep_last
+        self.before_publish = before_publish
+        self.on_published = on_published
+        self.storage_writer = storage_writer
+        self._pending: tuple[int, Future[Any], dict[str, Any]] | None = None
+        self._group: dist.ProcessGroup | None = None
+        if rank == 0:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            for leftover in self.directory.iterdir():  # a crashed attempt's unfinished saves
+                if _PARTIAL.match(leftover.name):
+                    shutil.rmtree(leftover, ignore_errors=True)
+        dist.barrier()  # nobody starts a save into a folder rank 0 is still cleaning
+
+    @property
+    def group(self) -> dist.ProcessGroup:
+        # Created on first use, collectively: every rank saves at the same steps.
+        if self._group is None:
+            self._group = dist.new_group(backend="gloo")
+        return self._group
+
+    def save(self, step: int, state: dict[str, Any], meta: dict[str, Any]) -> None:
+        """Stages `state` (every rank's own shards) and returns while it is persisted."""
+        self.wait()
+        partial = partial_path(self.directory, step)
+        partial.mkdir(parents=True, exist_ok=True)
+        _atomic_save(capture_rng(), rng_path(partial, self.rank))
+        if self.rank == 0:
+            document = {"format": FORMAT_VERSION, "step": step, **meta}
+            _atomic_write(partial / META, json.dumps(document, indent=1).encode())
+        future = async_save(
+            state, storage_writer=self.storage_writer(partial), process_group=self.group
+        )
+        assert isinstance(future, Future)  # no custom stager: always a plain future
+        self._pending = (step, future, meta)
+
+    def poll(self) -> None:
+        """Publishes the save in flight if it is finished; never waits."""
+        if self._pending is not None and self._pending[1].done():
+            self._publish()
+
+    def wait(self) -> None:
+        """Blocks until the save in flight (if any) is persisted and published."""
+        if self._pending is not None:
+            self._publish()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            if self._group is not None:
+                dist.destroy_process_group(self._group)
+                self._group = None
+
+    def _publish(self) -> None:
+        assert self._pending is not None
+        step, future, meta = self._pending
+        self._pending = None
+        future.result()  # a failed save raises here, and nothing is published
+        if self.rank != 0:
+            return
+        self.before_publish()
+        partial, final = partial_path(self.directory, step), checkpoint_path(self.directory, step)
+        if final.exists():  # the same step saved again (after a precision fallback)
+            shutil.rmtree(final)
+        partial.replace(final)
+        _fsync_directory(self.directory)
+        prune(self.directory, self.keep_last)
+        if self.on_published is not None:
+            self.on_published(final, step, meta)
 
 
 def prune(directory: Path, keep_last: int) -> None:
     for step in steps_available(directory)[:-keep_last]:
-        checkpoint_path(directory, step).unlink(missing_ok=True)
-        for rng_file in directory.glob(f"rng-{step:09d}-rank*.pt"):
-            rng_file.unlink(missing_ok=True)
+        shutil.rmtree(checkpoint_path(directory, step), ignore_errors=True)
 
 
 def capture_rng() -> dict[str, Any]:
@@ -99,8 +196,8 @@ def capture_rng() -> dict[str, Any]:
     return state
 
 
-def restore_rng(directory: Path, step: int, rank: int) -> bool:
-    path = rng_path(directory, step, rank)
+def restore_rng(checkpoint: Path, rank: int) -> bool:
+    path = rng_path(checkpoint, rank)
     if not path.exists():
         return False
     state = torch.load(path, map_location="cpu", weights_only=True)
@@ -109,6 +206,32 @@ def restore_rng(directory: Path, step: int, rank: int) -> bool:
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
     return True
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as file:
+        torch.save(obj, file)
+        file.flush()
+        os.fsync(file.fileno())
+    tmp.replace(path)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    tmp.replace(path)
+
+
+def _fsync_directory(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _as_tuple(value: Any) -> Any:

@@ -1,7 +1,9 @@
 """The training loop. One optimizer step reads top to bottom in `Trainer.step_once`:
 micro-steps under autocast (no_sync until the last), unscale, finite check, clip, step,
-update, zero_grad. Around it: resume, logging, evaluation, checkpoints, and the precision
-fallback (fp16 -> bf16 -> fp32) that `auto` jobs take when the numbers stop being finite."""
+update, zero_grad. The same step drives DDP and FSDP (parallel.py wraps the model either
+way). Around it: resume (onto any world size and either strategy), logging, evaluation,
+asynchronous checkpoints, and the precision fallback (fp16 -> bf16 -> fp32) that `auto` jobs
+take when the numbers stop being finite."""
 
 from __future__ import annotations
 
@@ -9,22 +11,29 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ampfleet.workers.rundir import RecordWriter
 from ampfleet.workers.training import checkpoint
-from ampfleet.workers.training.allreduce import AllReduceState, attach
+from ampfleet.workers.training.allreduce import AllReduceState
+from ampfleet.workers.training.parallel import (
+    MB,
+    ParallelConfig,
+    ParallelModel,
+    choose_strategy,
+    compile_unavailable,
+    peak_memory_bytes,
+)
 from ampfleet.workers.training.precision import (
     DTYPES,
     autocast,
-    make_grad_scaler,
     next_precision,
     resolve_allreduce_dtype,
 )
@@ -70,6 +79,8 @@ class LoopConfig:
     checkpoint_dir: Path
     guard_every_steps: int = 50
     guard_threshold: float = 1e-2
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    ranks_on_node: int = 1
 
 
 def lr_at(step: int, *, base: float, warmup: int, total: int) -> float:
@@ -104,9 +115,11 @@ class Trainer:
         self.writer = writer
         self.device = cfg.device
         self.precision = cfg.precision
+        if cfg.parallel.compile and (reason := compile_unavailable(self.device)):
+            raise RuntimeError(reason)
         self.model = task.model.to(self.device)
-        self.ddp = DistributedDataParallel(
-            self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+        self.strategy = choose_strategy(
+            cfg.parallel, self.model, self.device, cfg.world_size, cfg.ranks_on_node
         )
         self.comm = AllReduceState(
             dtype=DTYPES[cfg.allreduce_dtype],
@@ -114,11 +127,29 @@ class Trainer:
             guard_every=cfg.guard_every_steps,
             guard_threshold=cfg.guard_threshold,
         )
-        attach(self.ddp, self.comm)
+        self.parallel = ParallelModel(
+            self.model,
+            self.strategy.strategy,
+            blocks=task.blocks,
+            cfg=cfg.parallel,
+            precision=self.precision,
+            comm=self.comm,
+            device=self.device,
+        )
+        self.ddp = self.parallel.module  # what runs forward and backward, DDP or FSDP
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=task.learning_rate, weight_decay=task.weight_decay
         )
-        self.scaler = make_grad_scaler(self.precision, self.device)
+        self.scaler = self.parallel.make_grad_scaler(self.precision, self.device)
+        self.checkpoints = checkpoint.CheckpointManager(
+            cfg.checkpoint_dir,
+            rank=cfg.rank,
+            keep_last=cfg.keep_last_checkpoints,
+            # A resumed attempt never reports the steps a checkpoint covers again: their
+            # records must be on disk before it can become the resume point.
+            before_publish=writer.sync if writer is not None else lambda: None,
+            on_published=self._published,
+        )
         self.sampler: DistributedSampler[Any] = DistributedSampler(
             task.train_dataset,
             num_replicas=cfg.world_size,
@@ -156,10 +187,11 @@ class Trainer:
         finally:
             # A live communication thread at interpreter exit aborts the process.
             self.comm.close()
+            self.checkpoints.close()
 
     def _run(self) -> dict[str, float]:
         self.step = self._resume()
-        self.batches = self.micro_batches(start=self.step * self.task.grad_accum_steps)
+        self.batches = self.micro_batches(start=self.start_micro_batch)
         if self._may_fall_back() and checkpoint.latest(self.cfg.checkpoint_dir) is None:
             self._save()  # the "last good" point a precision fallback returns to
         self._record(
@@ -170,6 +202,16 @@ class Trainer:
             backend=self.cfg.backend,
             **self._setup(),
         )
+        choice = self.strategy
+        if self.cfg.parallel.strategy == "auto":
+            self._record(
+                "event",
+                reason="parallelism",
+                message=f"{choice.strategy.upper()}: model states "
+                f"{choice.state_bytes / MB:,.0f} MB per replica ({choice.reason}), "
+                f"{self.parallel.state_bytes_per_rank() / MB:,.0f} MB on each rank; "
+                + ", ".join(f"{k} {v}" for k, v in self.parallel.dtypes(self.precision).items()),
+            )
         print(
             f"rank {self.cfg.rank}/{self.cfg.world_size} on {self.device} ({self.cfg.backend}): "
             f"{self.precision} compute, {self.comm.dtype_name} AllReduce, "
@@ -202,23 +244,22 @@ class Trainer:
         reporting = (self.step + 1) % cfg.log_every_steps == 0 or self.step + 1 == self.total_steps
         timer = StepTimer(self.device, enabled=reporting)
         started = time.perf_counter()
-        lr = lr_at(
-            self.step, base=task.learning_rate, warmup=task.warmup_steps, total=self.total_steps
-        )
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.comm.begin_step(self.step)
+        lr = self._begin_step()
 
         loss_sum = torch.zeros((), device=self.device)
         for micro in range(task.grad_accum_steps):
             last_micro = micro == task.grad_accum_steps - 1
             with timer.phase("data"):
                 batch = to_device(next(self.batches), self.device)
-            with contextlib.nullcontext() if last_micro else self.ddp.no_sync():
+            with contextlib.nullcontext() if last_micro else self.parallel.no_sync():
+                gathered = self.parallel.times.total()
                 with timer.phase("forward"), autocast(self.precision, self.device):
                     loss = task.loss(self.ddp, batch) / task.grad_accum_steps
+                timer.move("forward", "comm_exposed", self.parallel.times.total() - gathered)
+                reduced = self.parallel.times.total()
                 with timer.phase("backward"):
                     self.scaler.scale(loss).backward()
+                timer.move("backward", "comm_exposed", self.parallel.times.total() - reduced)
             if last_micro and self.comm.last_launch:
                 # Backward returned only once the last bucket's AllReduce was done.
                 timer.move(
@@ -230,9 +271,7 @@ class Trainer:
             self.scaler.unscale_(self.optimizer)
             # Gradients are identical on every rank after the AllReduce, so every rank
             # takes the same decision here without another collective.
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                self.model.parameters(), task.grad_clip if task.grad_clip else math.inf
-            )
+            grad_norm = self.parallel.clip_grad_norm(task.grad_clip if task.grad_clip else math.inf)
             finite = bool(torch.isfinite(grad_norm))
             self._check_finite(finite)
             if finite or self.precision == "fp16":
@@ -243,12 +282,40 @@ class Trainer:
 
         if not reporting:
             return {}
-        dist.all_reduce(loss_sum)
+        return self._report(lr, float(grad_norm), loss_sum, timer, started)
+
+    def _begin_step(self) -> float:
+        """Sets this step's learning rate (returned) and readies the communication."""
+        task = self.task
+        lr = lr_at(
+            self.step, base=task.learning_rate, warmup=task.warmup_steps, total=self.total_steps
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        reduce_dtype = self.comm.dtype
+        self.comm.begin_step(self.step)
+        if self.comm.dtype != reduce_dtype:  # the guard switched the job to fp32
+            self.parallel.set_dtypes(self.precision, self.comm.dtype)
+        self.parallel.times.reset()
+        return lr
+
+    def _report(
+        self, lr: float, grad_norm: float, loss_sum: torch.Tensor, timer: StepTimer, started: float
+    ) -> dict[str, float]:
+        cfg, task = self.cfg, self.task
+        # One collective for the loss and every rank's peak memory (its own slot).
+        peaks = torch.zeros(cfg.world_size, device=self.device)
+        peaks[cfg.rank] = peak_memory_bytes(self.device) / MB
+        reported = torch.cat([loss_sum.reshape(1), peaks])
+        dist.all_reduce(reported)
+        loss_sum, peaks = reported[0], reported[1:]
         step_time = time.perf_counter() - started
         metrics = {
             "loss": loss_sum.item() / cfg.world_size,
+            "peak_memory_mb": float(peaks.max()),
+            **{f"peak_memory_mb_rank{r}": float(mb) for r, mb in enumerate(peaks.tolist())},
             "learning_rate": lr,
-            "grad_norm": float(grad_norm),
+            "grad_norm": grad_norm,
             "step_time_s": step_time,
             "samples_per_s": task.batch_size
             * task.grad_accum_steps
@@ -259,6 +326,9 @@ class Trainer:
             "allreduce_bytes": float(self.comm.bytes_this_step),
             **{f"time_{name}_s": seconds for name, seconds in timer.seconds.items()},
         }
+        if self.parallel.strategy == "fsdp":
+            metrics["time_all_gather_s"] = self.parallel.times.all_gather_s
+            metrics["time_reduce_scatter_s"] = self.parallel.times.reduce_scatter_s
         if self.precision == "fp16":
             metrics["loss_scale"] = float(self.scaler.get_scale())
         if self.comm.last_relative_error is not None:
@@ -275,6 +345,7 @@ class Trainer:
 
     def _after_step(self) -> None:
         cfg = self.cfg
+        self.checkpoints.poll()
         if self.comm.switch_reason and not getattr(self, "_switch_reported", False):
             self._switch_reported = True
             self._record("event", reason="allreduce_fallback", message=self.comm.switch_reason)
@@ -334,13 +405,16 @@ class Trainer:
             self.comm.dtype = DTYPES[
                 resolve_allreduce_dtype("auto", self.precision, self.cfg.backend)
             ]
-        self.scaler = make_grad_scaler(self.precision, self.device)
+        self.parallel.set_dtypes(self.precision, self.comm.dtype)
+        self.scaler = self.parallel.make_grad_scaler(self.precision, self.device)
         self.optimizer.zero_grad(set_to_none=True)  # the failed step's gradients
+        self.checkpoints.wait()
+        dist.barrier()  # rank 0 has published the last save before anyone looks for it
         self.nonfinite_streak = 0
         # The last good checkpoint, from before the streak of non-finite steps began (none
         # is written inside a streak, and one exists from step 0 on: see `_run`).
         self.step = self._resume()
-        self.batches = self.micro_batches(start=self.step * self.task.grad_accum_steps)
+        self.batches = self.micro_batches(start=self.start_micro_batch)
         self._record("rewound", step=self.step)  # the steps after it are reported again
         self._record(
             "event",
@@ -351,7 +425,11 @@ class Trainer:
         self._record("setup", **self._setup())
 
     def _setup(self) -> dict[str, str]:
-        return {"precision": self.precision, "allreduce_dtype": self.comm.dtype_name}
+        return {
+            "precision": self.precision,
+            "allreduce_dtype": self.comm.dtype_name,
+            **self.parallel.dtypes(self.precision),
+        }
 
     # -- data, evaluation, checkpoints ----------------------------------------------------
 
@@ -398,56 +476,84 @@ class Trainer:
         return task.eval_finalize(dict(zip(names, stacked.tolist(), strict=True)))
 
     def _save(self) -> None:
-        state: dict[str, Any] = {}
-        if self.cfg.rank == 0:
-            state = {
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scaler": self.scaler.state_dict(),
-                "micro_batches_consumed": self.step * self.task.grad_accum_steps,
-                "setup": {
-                    **self._setup(),
-                    "world_size": self.cfg.world_size,
-                    "backend": self.cfg.backend,
-                },
-            }
-        if self.writer is not None:
-            # A resumed attempt never reports the steps a checkpoint covers again: their
-            # records must be on disk before it can become the resume point.
-            self.writer.sync()
-        checkpoint.save(
-            self.cfg.checkpoint_dir,
-            self.step,
-            state,
-            rank=self.cfg.rank,
-            keep_last=self.cfg.keep_last_checkpoints,
-        )
-        dist.barrier()  # nobody moves on (or exits) until the checkpoint is complete
-        if self.writer is not None:  # every rank's files are in place: the agent uploads them
-            lineage = {**state["setup"], "strategy": "ddp"}
-            record = checkpoint.artifact_record(self.cfg.checkpoint_dir, self.step, lineage)
-            self._record("artifact", **record)
+        """Starts a checkpoint of this step; training goes on while it is persisted."""
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        meta = {
+            "micro_batches_consumed": self.step * self.task.grad_accum_steps,
+            "micro_batches_per_epoch": len(self.loader),
+            "scaler": self.scaler.state_dict(),
+            "setup": {
+                **self._setup(),
+                "world_size": self.cfg.world_size,
+                "backend": self.cfg.backend,
+            },
+        }
+        self.checkpoints.save(self.step, {"model": model_state, "optimizer": optimizer_state}, meta)
+
+    def _published(self, path: Path, step: int, meta: dict[str, Any]) -> None:
+        """Rank 0, once a checkpoint is complete: the agent uploads its files."""
+        self._record("artifact", **checkpoint.artifact_record(path, step, meta["setup"]))
 
     def _resume(self) -> int:
+        self.start_micro_batch = 0
         path = checkpoint.latest(self.cfg.checkpoint_dir)
         if path is None:
             return 0
-        state = checkpoint.load(path, map_location=self.device)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        saved = state["setup"]
+        meta = checkpoint.read_meta(path)
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_state, "optimizer": optimizer_state}
+        checkpoint.load(path, state)
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=model_state,
+            optim_state_dict=optimizer_state,
+        )
+        saved = meta["setup"]
         if self.cfg.requested_precision == "auto" and _later_in_chain(
             saved["precision"], self.precision
         ):
             # An earlier attempt already fell back: do not repeat the failure.
             self.precision = saved["precision"]
-            self.scaler = make_grad_scaler(self.precision, self.device)
+            self.parallel.set_dtypes(self.precision, self.comm.dtype)
+            self.scaler = self.parallel.make_grad_scaler(self.precision, self.device)
         if saved["precision"] == "fp16" and self.precision == "fp16":
-            self.scaler.load_state_dict(state["scaler"])
-        step = int(state["step"])
+            self.scaler.load_state_dict(meta["scaler"])
+        step = int(meta["step"])
         if saved["world_size"] == self.cfg.world_size:
-            checkpoint.restore_rng(self.cfg.checkpoint_dir, step, self.cfg.rank)
+            checkpoint.restore_rng(path, self.cfg.rank)
+        changed = {
+            what: (saved.get(what), now)
+            for what, now in (
+                ("world_size", self.cfg.world_size),
+                ("strategy", self.parallel.strategy),
+            )
+            if saved.get(what) != now
+        }
+        if changed:
+            self._record(
+                "event",
+                reason="resharded",
+                message=f"resumed the checkpoint of step {step} "
+                + ", ".join(f"{what} {old} -> {new}" for what, (old, new) in changed.items())
+                + "; the data position is recomputed for the new world size",
+            )
+        self.start_micro_batch = self._data_position(meta)
         return step
+
+    def _data_position(self, meta: dict[str, Any]) -> int:
+        """The micro-batch to continue from: the same epoch, past the samples the saved
+        world had consumed of it (rounded up to whole global batches of this world)."""
+        consumed, per_epoch = (
+            int(meta["micro_batches_consumed"]),
+            int(meta["micro_batches_per_epoch"]),
+        )
+        if meta["setup"]["world_size"] == self.cfg.world_size:
+            return consumed
+        epoch, within = divmod(consumed, per_epoch)
+        samples = within * self.task.batch_size * int(meta["setup"]["world_size"])
+        per_batch = self.task.batch_size * self.cfg.world_size
+        return epoch * len(self.loader) + min(-(-samples // per_batch), len(self.loader))
 
     def _record(self, kind: str, **fields: Any) -> None:
         if self.writer is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,3 +50,7 @@ class TrainingTask:
     samples_per_item: int = 1
     """How many samples (for samples/s) one dataset item holds."""
     eval_max_batches: int | None = None
+    blocks: Sequence[nn.Module] | None = None
+    """The modules FSDP shards one by one (a transformer's layers); None: the model's
+    top-level children that hold parameters. Whatever is not in a block (embeddings, a
+    tied head) is sharded with the model itself."""

@@ -82,4 +82,5 @@ def build(hp: CharLMHyperparameters, _ctx: RecipeContext) -> TrainingTask:
         warmup_steps=hp.warmup_steps,
         samples_per_item=hp.block_size,
         eval_max_batches=hp.eval_batches,
+        blocks=list(model.blocks),
     )
