@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 PYTEST_FLAGS ?=
 
-.PHONY: install run test test-all lint format bench clean ui-deps
+.PHONY: install run test test-all lint format bench clean ui-deps metrics-deps
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,15 +28,21 @@ ui-deps: install
 	test -x /usr/bin/chromium || { apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; }
 
+# The /metrics test checks the exposition with promtool, from Debian's prometheus package
+# (no smaller one carries it; without recommends it is a dozen small packages).
+metrics-deps:
+	command -v promtool >/dev/null || { apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy ampfleet
 
-test: lint ui-deps
+test: lint ui-deps metrics-deps
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_FLAGS)
 
-test-all: lint ui-deps
+test-all: lint ui-deps metrics-deps
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)
 
 format: install

@@ -25,10 +25,12 @@ from tests.support.seaweedfs import S3Server, running_seaweedfs
 from tests.support.services import ensure_services
 
 TABLES = (
+    "fleet_counters",
     "webhook_deliveries",
     "webhooks",
     "log_lines",
     "artifacts",
+    "bundles",
     "metrics",
     "job_events",
     "allocations",

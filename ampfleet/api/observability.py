@@ -1,22 +1,52 @@
-"""Prometheus exposition: fleet gauges read from the database at scrape time, plus this
-API process's own request counters. Written by hand: the text format is small."""
+"""Prometheus exposition: this API process's request series, and the fleet's series.
+
+Fleet series (jobs, queue, nodes, scheduling latency, metric points ingested) are read from
+the database at scrape time, so every API process exports the same values: aggregate them
+across replicas with `max without (instance)`, never `sum`. Their counters live in the
+database (core/counters.py) and only go up; the request series are this process's own.
+Written by hand: the text format is small.
+"""
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
 from collections.abc import Sequence
-from datetime import timedelta
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from ampfleet.core import counters
 from ampfleet.core.capacity import used_slots_by_node
-from ampfleet.core.models import Job, Metric, Node, utcnow
+from ampfleet.core.models import Job, Node, utcnow
 from ampfleet.core.states import JobState
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-WINDOW = timedelta(minutes=15)
+NODE_STATES = ("ready", "cordoned")
+FLEET_NOTE = "Fleet-wide: the same on every API process."
+
+
+def label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _family(name: str, kind: str, help_text: str) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+
+
+def histogram_lines(
+    name: str, labels: str, bounds: Sequence[float], counts: Sequence[float], total: float
+) -> list[str]:
+    """`counts` per bucket (the last one past every bound), made cumulative here."""
+    prefix = f"{labels}," if labels else ""
+    out, running = [], 0.0
+    for bound, count in zip((*bounds, "+Inf"), counts, strict=True):
+        running += count
+        out.append(f'{name}_bucket{{{prefix}le="{bound}"}} {running:g}')
+    scope = f"{{{labels}}}" if labels else ""
+    out.append(f"{name}_count{scope} {running:g}")
+    out.append(f"{name}_sum{scope} {total:.6f}")
+    return out
 
 
 class HttpMetrics:
@@ -28,9 +58,15 @@ class HttpMetrics:
         )
         self.sums: dict[tuple[str, str], float] = defaultdict(float)
 
-    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+    def observe(
+        self, method: str, route: str, status: int, seconds: float, *, stream: bool = False
+    ) -> None:
+        """A live stream is counted but kept out of the duration histogram: it lasts as long
+        as its client stays, which says nothing about how fast requests are answered."""
         with self._lock:
             self.requests[(method, route, status)] += 1
+            if stream:
+                return
             index = next(
                 (i for i, bound in enumerate(LATENCY_BUCKETS) if seconds <= bound),
                 len(LATENCY_BUCKETS),
@@ -39,33 +75,27 @@ class HttpMetrics:
             self.sums[(method, route)] += seconds
 
     def lines(self) -> list[str]:
-        out = [
-            "# HELP ampfleet_http_requests_total HTTP requests served by this API process.",
-            "# TYPE ampfleet_http_requests_total counter",
-        ]
+        out = _family(
+            "ampfleet_http_requests_total", "counter", "HTTP requests served by this API process."
+        )
         with self._lock:
             for (method, route, status), count in sorted(self.requests.items()):
                 out.append(
-                    f'ampfleet_http_requests_total{{method="{method}",route="{route}",'
-                    f'status="{status}"}} {count}'
+                    f'ampfleet_http_requests_total{{method="{method}",'
+                    f'route="{label_value(route)}",status="{status}"}} {count}'
                 )
-            out += [
-                "# HELP ampfleet_http_request_duration_seconds Time to answer a request.",
-                "# TYPE ampfleet_http_request_duration_seconds histogram",
-            ]
+            out += _family(
+                "ampfleet_http_request_duration_seconds",
+                "histogram",
+                "Time to answer a request (live event streams excluded).",
+            )
             for (method, route), counts in sorted(self.buckets.items()):
-                labels = f'method="{method}",route="{route}"'
-                running = 0
-                for bound, count in zip((*LATENCY_BUCKETS, "+Inf"), counts, strict=True):
-                    running += count
-                    out.append(
-                        f'ampfleet_http_request_duration_seconds_bucket{{{labels},le="{bound}"}}'
-                        f" {running}"
-                    )
-                out.append(f"ampfleet_http_request_duration_seconds_count{{{labels}}} {running}")
-                out.append(
-                    f"ampfleet_http_request_duration_seconds_sum{{{labels}}} "
-                    f"{self.sums[(method, route)]:.6f}"
+                out += histogram_lines(
+                    "ampfleet_http_request_duration_seconds",
+                    f'method="{method}",route="{label_value(route)}"',
+                    LATENCY_BUCKETS,
+                    counts,
+                    self.sums[(method, route)],
                 )
         return out
 
@@ -79,49 +109,60 @@ def nearest_rank(ordered: Sequence[float], quantile: float) -> float:
 
 
 def fleet_lines(session: Session, node_timeout_s: float) -> list[str]:
-    now = utcnow()
-    out = ["# HELP ampfleet_jobs Jobs by state.", "# TYPE ampfleet_jobs gauge"]
-    rows = session.execute(select(Job.state, func.count()).group_by(Job.state)).all()
-    counts = dict(rows)
+    out = _family("ampfleet_jobs", "gauge", f"Jobs by state. {FLEET_NOTE}")
+    counts = dict(session.execute(select(Job.state, func.count()).group_by(Job.state)).all())
     for state in JobState:
         out.append(f'ampfleet_jobs{{state="{state.value}"}} {counts.get(state.value, 0)}')
-    out += [
-        "# HELP ampfleet_queue_depth Jobs waiting to be placed.",
-        "# TYPE ampfleet_queue_depth gauge",
-        f"ampfleet_queue_depth {counts.get(JobState.QUEUED.value, 0)}",
-    ]
-    waits = sorted(
-        (scheduled - created).total_seconds()
-        for created, scheduled in session.execute(
-            select(Job.created_at, Job.scheduled_at).where(
-                Job.scheduled_at.is_not(None), Job.scheduled_at > now - WINDOW
-            )
-        )
-        if scheduled is not None
+    out += _family("ampfleet_queue_depth", "gauge", f"Jobs waiting to be placed. {FLEET_NOTE}")
+    out.append(f"ampfleet_queue_depth {counts.get(JobState.QUEUED.value, 0)}")
+
+    totals = counters.totals(session)
+    latency = counters.SCHEDULING_LATENCY
+    out += _family(
+        "ampfleet_scheduling_latency_seconds",
+        "histogram",
+        f"Submit to first placement. {FLEET_NOTE}",
     )
-    out += [
-        "# HELP ampfleet_scheduling_latency_seconds Submit to placement, jobs placed in the "
-        "last 15 minutes (first placement of each).",
-        "# TYPE ampfleet_scheduling_latency_seconds summary",
-    ]
-    for quantile in (0.5, 0.9, 0.99):
-        value = nearest_rank(waits, quantile) if waits else 0.0
-        out.append(f'ampfleet_scheduling_latency_seconds{{quantile="{quantile}"}} {value:.6f}')
-    out.append(f"ampfleet_scheduling_latency_seconds_count {len(waits)}")
-    out.append(f"ampfleet_scheduling_latency_seconds_sum {sum(waits):.6f}")
-    recent = (
-        session.scalar(select(func.count()).where(Metric.time > now - timedelta(seconds=60))) or 0
+    buckets = [str(b) for b in counters.SCHEDULING_LATENCY_BUCKETS] + [counters.INF]
+    out += histogram_lines(
+        "ampfleet_scheduling_latency_seconds",
+        "",
+        counters.SCHEDULING_LATENCY_BUCKETS,
+        [totals.get((latency, b), 0.0) for b in buckets],
+        totals.get((latency, counters.SUM), 0.0),
     )
-    out += [
-        "# HELP ampfleet_metric_ingest_points_per_second Metric points stored, last 60 s.",
-        "# TYPE ampfleet_metric_ingest_points_per_second gauge",
-        f"ampfleet_metric_ingest_points_per_second {recent / 60:.3f}",
-    ]
-    used = used_slots_by_node(session)
-    out += ["# HELP ampfleet_node_slots Slots per node.", "# TYPE ampfleet_node_slots gauge"]
-    for node in session.scalars(select(Node).order_by(Node.id)):
-        alive = (now - node.last_heartbeat_at).total_seconds() <= node_timeout_s
-        labels = f'node="{node.id}",state="{node.state}",alive="{str(alive).lower()}"'
-        out.append(f'ampfleet_node_slots{{{labels},kind="total"}} {node.slots}')
-        out.append(f'ampfleet_node_slots{{{labels},kind="used"}} {used.get(node.id, 0)}')
+    ingested = totals.get((counters.METRIC_POINTS_INGESTED, ""), 0.0)
+    out += _family(
+        "ampfleet_metric_points_ingested_total",
+        "counter",
+        f"Metric points stored from the ranks' reports. {FLEET_NOTE}",
+    )
+    out.append(f"ampfleet_metric_points_ingested_total {ingested:g}")
+    out += node_lines(session, node_timeout_s)
     return out
+
+
+def node_lines(session: Session, node_timeout_s: float) -> list[str]:
+    """One series per node and fact, so cordoning a node changes values, never series."""
+    now = utcnow()
+    nodes = list(session.scalars(select(Node).order_by(Node.id)))
+    used = used_slots_by_node(session)
+    slots = _family("ampfleet_node_slots", "gauge", f"Rank slots of a node. {FLEET_NOTE}")
+    busy = _family(
+        "ampfleet_node_slots_used", "gauge", f"Rank slots allocated on a node. {FLEET_NOTE}"
+    )
+    up = _family("ampfleet_node_up", "gauge", f"1 if the node's heartbeat is recent. {FLEET_NOTE}")
+    states = _family(
+        "ampfleet_node_state", "gauge", f"1 for the node's state, 0 for the others. {FLEET_NOTE}"
+    )
+    for node in nodes:
+        name = f'node="{label_value(node.id)}"'
+        alive = (now - node.last_heartbeat_at).total_seconds() <= node_timeout_s
+        slots.append(f"ampfleet_node_slots{{{name}}} {node.slots}")
+        busy.append(f"ampfleet_node_slots_used{{{name}}} {used.get(node.id, 0)}")
+        up.append(f"ampfleet_node_up{{{name}}} {int(alive)}")
+        for state in NODE_STATES:
+            states.append(
+                f'ampfleet_node_state{{{name},state="{state}"}} {int(node.state == state)}'
+            )
+    return slots + busy + up + states

@@ -14,7 +14,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
-from ampfleet.core import webhooks
+from ampfleet.core import counters, webhooks
 from ampfleet.core.lifecycle import transition
 from ampfleet.core.messaging import START_ATTEMPT
 from ampfleet.core.models import Allocation, Job, JobEvent, OutboxMessage, Webhook
@@ -58,15 +58,21 @@ def _place_chunk(session: Session, snapshot: Snapshot, placements: list[Placemen
             queue_position=None,
             estimated_start_at=None,
         )
-        .returning(Job.id, Job.attempt)
+        .returning(Job.id, Job.attempt, Job.created_at)
         .execution_options(synchronize_session=False)
     ).all()
     if not moved:
         return 0
+    counters.observe(
+        session,
+        counters.SCHEDULING_LATENCY,
+        counters.SCHEDULING_LATENCY_BUCKETS,
+        ((now - created).total_seconds() for _, attempt, created in moved if attempt == 1),
+    )
     events: list[dict[str, Any]] = []
     allocations: list[dict[str, Any]] = []
     messages: list[dict[str, Any]] = []
-    for job_id, attempt in moved:
+    for job_id, attempt, _ in moved:
         placement = wanted[job_id]
         where = ", ".join(f"{node} x{slots}" for node, slots in placement.allocations)
         events.append(

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from ampfleet.core import webhooks
+from ampfleet.core import counters, webhooks
 from ampfleet.core.bulk import insert_rows
 from ampfleet.core.lifecycle import record_event, transition
 from ampfleet.core.models import Job, LogLine, Metric, utcnow
@@ -152,6 +152,7 @@ def store_points(
     now = utcnow()
     rows = [(job.id, attempt, step, name, value, now) for step, name, value in points[:kept]]
     insert_rows(session, Metric.__table__, METRIC_COLUMNS, rows)  # type: ignore[arg-type]
+    counters.add(session, counters.METRIC_POINTS_INGESTED, len(rows), shard=settings.node_name)
     webhooks.metrics_landed(
         session,
         project=job.project,

@@ -33,8 +33,8 @@ def test_prometheus_metrics(client: TestClient, anonymous: TestClient) -> None:
     text = anonymous.get("/metrics").text
     assert 'ampfleet_jobs{state="QUEUED"} 1' in text
     assert "ampfleet_queue_depth 1" in text
-    assert 'ampfleet_scheduling_latency_seconds{quantile="0.99"}' in text
-    assert "ampfleet_metric_ingest_points_per_second" in text
+    assert 'ampfleet_scheduling_latency_seconds_bucket{le="+Inf"}' in text
+    assert "ampfleet_metric_points_ingested_total" in text
     assert 'ampfleet_http_requests_total{method="POST",route="/v1/jobs",status="202"}' in text
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, BackgroundTasks, Depends, Request, Security
 from fastapi.responses import PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel
 from sqlalchemy import text
 
+from ampfleet.api.auth import admin_principal, api_key_header, bearer, current_principal
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import ErrorDetail, ServiceUnavailableError, responses
 from ampfleet.api.observability import fleet_lines, http_metrics
@@ -49,10 +53,26 @@ def readyz(session: SessionDep) -> Readiness:
     return Readiness(status="ready", database="ok", broker="ok")
 
 
+def metrics_access(
+    request: Request,
+    background: BackgroundTasks,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+    header_key: Annotated[str | None, Security(api_key_header)],
+) -> None:
+    """Open unless AMPFLEET_METRICS_REQUIRE_KEY: then an admin key, as for the fleet's API."""
+    if get_settings().metrics_require_key:
+        admin_principal(current_principal(request, background, credentials, header_key))
+
+
 @router.get(
     "/metrics",
     response_class=PlainTextResponse,
-    summary="Prometheus metrics: jobs by state, queue depth, scheduling latency, ingest rate",
+    responses=responses(401, 403, 429),
+    dependencies=[Depends(metrics_access)],
+    summary="Prometheus metrics: jobs, queue, nodes, scheduling latency, points ingested",
+    description="Unauthenticated unless AMPFLEET_METRICS_REQUIRE_KEY is set (then an admin "
+    "key). Fleet series are the same on every API process: aggregate with `max without "
+    "(instance)`.",
 )
 def metrics(session: SessionDep) -> PlainTextResponse:
     lines = fleet_lines(session, get_settings().node_timeout_s) + http_metrics.lines()
