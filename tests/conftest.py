@@ -30,7 +30,6 @@ TABLES = (
     "webhooks",
     "log_lines",
     "artifacts",
-    "bundles",
     "metrics",
     "job_events",
     "allocations",

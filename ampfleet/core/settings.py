@@ -105,9 +105,6 @@ class Settings(BaseSettings):
     max_log_bytes_per_job: int = Field(200 << 20, ge=1)
     max_log_line_bytes: int = Field(8192, ge=80, description="Longer lines are cut.")
     metrics_flush_s: float = Field(0.5, gt=0, description="How often ranks' metrics reach the DB.")
-    telemetry_interval_s: float = Field(
-        10.0, gt=0, description="How often the node agent samples each rank's CPU, memory, GPU."
-    )
 
     metrics_require_key: bool = Field(
         False, description="GET /metrics needs an admin key (else it is open, like /healthz)."
@@ -127,15 +124,6 @@ class Settings(BaseSettings):
     s3_access_key_id: str = ""
     s3_secret_access_key: SecretStr = SecretStr("")
     s3_region: str = "us-east-1"
-    max_bundle_bytes: int = Field(
-        100 << 20, gt=0, description="Largest code bundle archive; larger uploads get 413."
-    )
-    max_archive_files: int = Field(
-        10_000, ge=1, description="Entries an uploaded archive may hold; more get 422."
-    )
-    max_archive_unpacked_bytes: int = Field(
-        1 << 30, gt=0, description="Bytes an uploaded archive may unpack to; more get 422."
-    )
     checkpoint_upload_timeout_s: float = Field(
         600.0, gt=0, description="How long an attempt's outcome waits for its uploads."
     )
