@@ -105,6 +105,9 @@ class Settings(BaseSettings):
     max_log_bytes_per_job: int = Field(200 << 20, ge=1)
     max_log_line_bytes: int = Field(8192, ge=80, description="Longer lines are cut.")
     metrics_flush_s: float = Field(0.5, gt=0, description="How often ranks' metrics reach the DB.")
+    telemetry_interval_s: float = Field(
+        10.0, gt=0, description="How often the node agent samples each rank's CPU, memory, GPU."
+    )
 
     metrics_require_key: bool = Field(
         False, description="GET /metrics needs an admin key (else it is open, like /healthz)."

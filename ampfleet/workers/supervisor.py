@@ -28,9 +28,10 @@ from ampfleet.core.messaging import wake_scheduler
 from ampfleet.core.models import Job
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
-from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs
+from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs, store_points
 from ampfleet.workers.launch import launch_command, rank_environment, torchrun_args
 from ampfleet.workers.rundir import RecordReader, RunDir
+from ampfleet.workers.telemetry import Nvml, RankTelemetry
 from ampfleet.workers.uploads import ArtifactUploader
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class RunningAttempt:
     process: subprocess.Popen[bytes]
     launcher_log: IO[bytes]
     reader: RecordReader
+    telemetry: RankTelemetry
     started: float = field(default_factory=time.monotonic)
     last_news: float = field(default_factory=time.monotonic)
     """When rank 0 last reported anything: a hung rank stalls every rank's collectives."""
@@ -84,6 +86,7 @@ class Supervisor:
         self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._last_sync = 0.0
         self.uploads = ArtifactUploader(settings)
+        self.nvml = Nvml.open()
 
     def start(self) -> None:
         self.uploads.start()
@@ -181,7 +184,9 @@ class Supervisor:
             ),
         )
         log.info("launched %s attempt %s (pid %s)", request.job_id, request.attempt, process.pid)
-        return RunningAttempt(request, process, launcher_log, RecordReader(run_dir.events_file))
+        telemetry = RankTelemetry(process.pid, self.settings.telemetry_interval_s, self.nvml)
+        reader = RecordReader(run_dir.events_file)
+        return RunningAttempt(request, process, launcher_log, reader, telemetry)
 
     def _sync(self) -> None:
         """One transaction for every attempt on this node: records in, decisions out."""
@@ -290,6 +295,9 @@ class Supervisor:
             attempt.last_news = time.monotonic()
         apply_records(session, job, request.attempt, records, attempt.feed, self.settings)
         ship_logs(session, job, request.attempt, attempt.feed, self.settings)
+        sampled = attempt.telemetry.take(job.step)
+        if store_points(session, job, request.attempt, sampled, self.settings):
+            job.latest_metrics = {**(job.latest_metrics or {}), **{n: v for _, n, v in sampled}}
 
     def _record_outcome(self, session: Session, attempt: RunningAttempt) -> None:
         """How the attempt ended, and this node's slots back: every rank here has exited."""

@@ -51,6 +51,10 @@ def test_digits_two_ranks_bf16_to_succeeded(fleet: Fleet) -> None:
     series = {s["name"]: s["points"] for s in metrics["series"]}
     assert {"loss", "learning_rate", "samples_per_s", "step_time_s", "val_accuracy"} <= set(series)
     assert len(series["loss"]) == 200
+    # The node agent's telemetry of both ranks, at steps the job reached.
+    for rank in (0, 1):
+        assert series[f"rss_mb_rank{rank}"][-1]["value"] > 50
+        assert all(0 < p["step"] <= 200 for p in series[f"cpu_percent_rank{rank}"])
     assert series["val_accuracy"][-1]["value"] >= 0.9
     assert metric_rows(fleet, job["id"]) >= 200 * 5
     assert rank_processes(job["id"]) == []

@@ -63,6 +63,7 @@ class Fleet:
             "AMPFLEET_NODE_CPU_SLOTS": str(cpu_slots),
             "AMPFLEET_HEARTBEAT_INTERVAL_S": "1",
             "AMPFLEET_SCHEDULER_POLL_S": "1",
+            "AMPFLEET_TELEMETRY_INTERVAL_S": "0.5",  # several samples in a short job
             "PYTHONUNBUFFERED": "1",
             **(extra_env or {}),
         }

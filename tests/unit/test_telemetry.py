@@ -1,0 +1,80 @@
+"""The node agent's per-rank telemetry, read from real processes: this test process stands
+in for the launcher, and its children with RANK in their environment for the ranks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from ampfleet.workers.telemetry import RankTelemetry
+
+HELD_MB = 200
+# Bounded in time: each child ends on its own after 60 s if the test never stops it.
+BUSY = "import time\nend = time.time() + 60\nwhile time.time() < end:\n    pass\n"
+HOLDING = (
+    f"import time\nheld = b'x' * ({HELD_MB} << 20)\n"  # written, so resident
+    "print('ready', flush=True)\ntime.sleep(60)\n"
+)
+
+
+def _child(code: str, rank: str | None) -> subprocess.Popen[str]:
+    env = {**os.environ}
+    env.pop("RANK", None)
+    if rank is not None:
+        env["RANK"] = rank
+    return subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True
+    )
+
+
+@pytest.fixture
+def ranks() -> Iterator[list[subprocess.Popen[str]]]:
+    children = [_child(BUSY, "0"), _child(HOLDING, "1"), _child(HOLDING, None)]
+    try:
+        for child in children[1:]:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "ready"
+        yield children
+    finally:
+        for child in children:
+            child.kill()
+            child.wait(timeout=10)
+
+
+@pytest.mark.usefixtures("ranks")
+def test_samples_cpu_and_resident_memory_of_each_rank() -> None:
+    telemetry = RankTelemetry(os.getpid(), interval_s=0.0)
+    telemetry.sample()
+    time.sleep(1.0)  # a window for the CPU shares to differ in; nothing is timed
+    values = telemetry.sample()
+
+    # Only processes with a rank: the third child has none.
+    assert set(values) == {"cpu_percent_rank0", "rss_mb_rank0", "cpu_percent_rank1", "rss_mb_rank1"}
+    assert values["rss_mb_rank1"] >= HELD_MB
+    assert values["rss_mb_rank1"] > values["rss_mb_rank0"]
+    assert values["cpu_percent_rank0"] > values["cpu_percent_rank1"]
+    assert values["cpu_percent_rank1"] >= 0.0
+
+
+@pytest.mark.usefixtures("ranks")
+def test_one_sample_per_step_and_interval() -> None:
+    every_step = RankTelemetry(os.getpid(), interval_s=0.0)
+    first = every_step.take(3)
+    assert {name for step, name, _ in first if step == 3} >= {"rss_mb_rank0", "rss_mb_rank1"}
+    assert every_step.take(3) == []  # the series already holds step 3
+    assert every_step.take(4) != []
+
+    seldom = RankTelemetry(os.getpid(), interval_s=3600.0)
+    assert seldom.take(1) != []
+    assert seldom.take(2) == []  # not due for an hour
+
+
+def test_no_ranks_no_points() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)
+    assert RankTelemetry(gone.pid, interval_s=0.0).take(1) == []
