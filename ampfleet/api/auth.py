@@ -86,7 +86,7 @@ def current_principal(
     if row is None:
         _limit_wrong_keys(request)
         raise UnauthorizedError("the API key is not valid or has been revoked")
-    buckets = buckets_for(settings.effective_broker_url)
+    buckets = buckets_for(settings.effective_broker_url, settings.redis_key_prefix)
     wait = buckets.take(row.id, settings.rate_limit_per_s, settings.rate_limit_burst)
     if wait:
         raise TooManyRequestsError(
@@ -111,7 +111,7 @@ def _limit_wrong_keys(request: Request) -> None:
     costs no look-up: it is not counted."""
     settings = get_settings()
     address = request.client.host if request.client else "unknown"
-    buckets = buckets_for(settings.effective_broker_url)
+    buckets = buckets_for(settings.effective_broker_url, settings.redis_key_prefix)
     wait = buckets.take(
         f"address:{address}", settings.auth_failure_rate_per_s, settings.auth_failure_burst
     )

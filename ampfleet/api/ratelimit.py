@@ -68,8 +68,11 @@ class RedisBuckets:
     If Redis cannot be reached, requests are not refused for that, nor kept waiting on
     it: this process's own buckets stand in, and Redis is tried again a few seconds on."""
 
-    def __init__(self, url: str, lease_lifetime_s: float = LEASE_LIFETIME_S) -> None:
+    def __init__(
+        self, url: str, lease_lifetime_s: float = LEASE_LIFETIME_S, key_prefix: str = ""
+    ) -> None:
         self._client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        self._key_prefix = key_prefix
         self._lease_lifetime_s = lease_lifetime_s
         self._take = self._client.register_script(TAKE)
         self._fallback = LocalBuckets()
@@ -89,7 +92,7 @@ class RedisBuckets:
         want = max(1, int(min(rate * LEASE_S, burst * LEASE_OF_BURST)))
         try:
             granted, micros = self._take(
-                keys=[f"ampfleet:ratelimit:{key_id}"], args=[rate, burst, want]
+                keys=[f"{self._key_prefix}ampfleet:ratelimit:{key_id}"], args=[rate, burst, want]
             )
         except redis.RedisError as exc:
             log.warning("rate limit from this process only for %gs; redis: %s", REDIS_RETRY_S, exc)
@@ -103,7 +106,8 @@ class RedisBuckets:
 
 
 @lru_cache
-def buckets_for(broker_url: str) -> Buckets:
+def buckets_for(broker_url: str, key_prefix: str = "") -> Buckets:
+    """`key_prefix` starts every Redis key (Settings.redis_key_prefix)."""
     if broker_url.startswith(("redis://", "rediss://")):
-        return RedisBuckets(broker_url)
+        return RedisBuckets(broker_url, key_prefix=key_prefix)
     return LocalBuckets()

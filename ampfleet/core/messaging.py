@@ -44,8 +44,8 @@ def make_celery(settings: Settings) -> Celery:
         # Start messages are acknowledged within seconds (training is supervised outside
         # the task), so the visibility timeout only bounds redelivery after a crash.
         options = {"visibility_timeout": settings.broker_visibility_timeout_s}
-        if settings.broker_key_prefix:
-            options["global_keyprefix"] = settings.broker_key_prefix
+        if settings.redis_key_prefix:
+            options["global_keyprefix"] = settings.redis_key_prefix
     app.conf.update(
         broker_transport_options=options,
         broker_connection_retry_on_startup=True,
@@ -54,8 +54,11 @@ def make_celery(settings: Settings) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        worker_enable_remote_control=False,
-        worker_send_task_events=False,
+        # Off unless the operator asks (AMPFLEET_CELERY_MONITORING): /v1/nodes and /metrics
+        # are the monitoring surface; remote control and events cost broker traffic.
+        worker_enable_remote_control=settings.celery_monitoring,
+        worker_send_task_events=settings.celery_monitoring,
+        task_send_sent_event=settings.celery_monitoring,
         task_ignore_result=True,
         task_default_queue=SCHEDULER_QUEUE,
         worker_hijack_root_logger=False,

@@ -15,6 +15,8 @@ DEFAULT_SECRET = "development-only-secret"  # noqa: S105 - refused outside devel
 
 # `ampfleet up` leaves the first admin key in this file of the data folder.
 ADMIN_KEY_FILE_NAME = "admin.key"
+# A key prefix ending in one of these is already separated from what follows.
+KEY_SEPARATORS = (":", ".", "_", "-", "/")
 
 
 class Settings(BaseSettings):
@@ -29,7 +31,15 @@ class Settings(BaseSettings):
     )
     broker_url: str = Field("", description="Celery broker URL; empty means files in data_dir.")
     broker_key_prefix: str = Field(
-        "", max_length=64, description="Redis broker: prefix of every key (shared servers)."
+        "",
+        max_length=64,
+        description="Redis: prefix of every key the platform writes (broker and rate limits), "
+        "joined with ':' unless it ends in one of ':._-/'.",
+    )
+    celery_monitoring: bool = Field(
+        False,
+        description="Workers answer remote control (celery inspect, Flower) and send task "
+        "events; off: it costs broker traffic per task and per worker.",
     )
     broker_visibility_timeout_s: int = Field(
         300, ge=1, description="Redis: an unacknowledged message is delivered again after this."
@@ -154,6 +164,12 @@ class Settings(BaseSettings):
     @property
     def effective_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir.resolve() / 'ampfleet.db'}"
+
+    @property
+    def redis_key_prefix(self) -> str:
+        """What every Redis key starts with: the configured prefix and its separator."""
+        prefix = self.broker_key_prefix
+        return prefix if not prefix or prefix.endswith(KEY_SEPARATORS) else f"{prefix}:"
 
     @property
     def effective_broker_url(self) -> str:

@@ -159,3 +159,70 @@ def attach(model: DistributedDataParallel, state: AllReduceState) -> None:
     if state.backend != "nccl" and dist.get_world_size() == 2 and state.directions is None:
         state.directions = PairDirections()
     model.register_comm_hook(state=state, hook=allreduce_hook)
+
+
+# DDP's default bucket (bucket_cap_mb=25): what `auto` times, for models at least as large.
+DDP_BUCKET_ELEMENTS = 25 * 2**20 // 4
+# Half precision must beat fp32 by this much to be chosen: a tie is not worth its rounding.
+AUTO_MIN_SPEEDUP = 1.1
+AUTO_REPEATS = 3
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    """What `allreduce_dtype: auto` measured on the job's own process group, and took."""
+
+    half: str
+    bucket_mib: float
+    fp32_s: float
+    half_s: float
+
+    @property
+    def dtype(self) -> str:
+        return self.half if self.fp32_s >= self.half_s * AUTO_MIN_SPEEDUP else "fp32"
+
+    def describe(self) -> str:
+        return (
+            f"auto AllReduce measured on a {self.bucket_mib:.1f} MiB bucket: fp32 "
+            f"{self.fp32_s * 1e3:.1f} ms, {self.half} {self.half_s * 1e3:.1f} ms; "
+            f"chose {self.dtype}"
+        )
+
+
+def measure_auto(state: AllReduceState, half: str, numel: int, device: torch.device) -> AutoChoice:
+    """Time one fp32 and one `half` reduction of a gradient bucket of `numel` values over
+    the default group, the way the hook does them (median of a few, after a warm-up that
+    touches the buffers' pages); every rank gets the slowest rank's figures, so all take
+    the same decision."""
+    generator = torch.Generator().manual_seed(dist.get_rank())
+    gradients = torch.randn(numel, generator=generator).to(device)
+    bucket = torch.empty_like(gradients)
+    dtype = DTYPES[half]
+    workspace = Workspace()
+
+    def fp32() -> None:
+        bucket.div_(dist.get_world_size())
+        dist.all_reduce(bucket)
+
+    def compressed() -> None:
+        if state.backend == "nccl":
+            wire = bucket.div_(dist.get_world_size()).to(dtype)
+            dist.all_reduce(wire)
+            bucket.copy_(wire)
+        else:
+            compressed_all_reduce_(bucket, dtype, workspace=workspace, directions=state.directions)
+
+    times: dict[str, list[float]] = {"fp32": [], "half": []}
+    for repeat in range(AUTO_REPEATS + 1):
+        for name, run in (("fp32", fp32), ("half", compressed)):
+            bucket.copy_(gradients)
+            dist.barrier()
+            started = time.perf_counter()
+            run()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if repeat:  # the first round is the warm-up
+                times[name].append(time.perf_counter() - started)
+    medians = torch.tensor([sorted(times[n])[len(times[n]) // 2] for n in ("fp32", "half")])
+    dist.all_reduce(medians, op=dist.ReduceOp.MAX)
+    return AutoChoice(half, numel * 4 / 2**20, float(medians[0]), float(medians[1]))
