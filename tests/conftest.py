@@ -30,6 +30,7 @@ TABLES = (
     "webhooks",
     "log_lines",
     "artifacts",
+    "bundles",
     "metrics",
     "job_events",
     "allocations",

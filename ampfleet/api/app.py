@@ -7,6 +7,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from ampfleet import __version__
 from ampfleet.api.artifacts.router import router as artifacts_router
+from ampfleet.api.bundles.router import router as bundles_router
 from ampfleet.api.errors import install_error_handlers
 from ampfleet.api.health.router import router as health_router
 from ampfleet.api.jobs.router import router as jobs_router
@@ -65,6 +66,7 @@ def create_app() -> FastAPI:
     app.include_router(metrics_router)
     app.include_router(logs_router)
     app.include_router(artifacts_router)
+    app.include_router(bundles_router)
     app.include_router(nodes_router)
     app.include_router(queue_router)
     app.include_router(recipes_router)

@@ -1,5 +1,9 @@
 """Pure ASGI middleware: the request body limit (413), the JSON nesting limit and the
-NUL-character guard (422), all answering in the error envelope."""
+NUL-character guard (422), all answering in the error envelope.
+
+Upload routes (`UPLOAD_PATHS`) take an archive's bytes, not JSON, and stream them with a limit
+of their own: these three let them through untouched (read whole, a 100 MiB body would sit in
+memory, and any binary file holds NUL bytes)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,12 @@ from urllib.parse import parse_qsl
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ampfleet.api.errors import ErrorDetail, error_response
+
+UPLOAD_PATHS = frozenset({"/v1/bundles"})
+
+
+def _is_upload(scope: Scope) -> bool:
+    return scope["method"] == "POST" and scope["path"].rstrip("/") in UPLOAD_PATHS
 
 
 class _BodyTooLargeError(Exception):
@@ -26,7 +36,7 @@ class BodySizeLimitMiddleware:
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or _is_upload(scope):
             await self.app(scope, receive, send)
             return
         for name, value in scope.get("headers", []):
@@ -122,7 +132,7 @@ class JsonDepthLimitMiddleware:
         self.max_depth = max_depth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
+        if scope["type"] != "http" or scope["method"] not in _BODY_METHODS or _is_upload(scope):
             await self.app(scope, receive, send)
             return
         body = await _read_body(receive)
@@ -172,7 +182,7 @@ class NulCharacterGuardMiddleware:
             if "\x00" in name or "\x00" in value:
                 await _refuse(scope, receive, send, name.replace("\x00", ""))
                 return
-        if scope["method"] not in _BODY_METHODS:
+        if scope["method"] not in _BODY_METHODS or _is_upload(scope):
             await self.app(scope, receive, send)
             return
         body = await _read_body(receive)

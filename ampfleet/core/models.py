@@ -301,6 +301,24 @@ class Artifact(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class Bundle(Base):
+    """A user's code bundle: an archive, checked before it was listed, whole in the artifact
+    store under `sha256/<sha256>`. The same bytes uploaded again in one project are this row."""
+
+    __tablename__ = "bundles"
+    __table_args__ = (UniqueConstraint("project", "sha256", name="uq_bundles_project_sha256"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project: Mapped[str] = mapped_column(String(64))
+    sha256: Mapped[str] = mapped_column(String(64), index=True, comment="names the object")
+    size: Mapped[int] = mapped_column(BigInteger, comment="bytes of the archive")
+    format: Mapped[str] = mapped_column(String(8), comment="zip | tar.gz")
+    file_count: Mapped[int] = mapped_column(Integer)
+    unpacked_size: Mapped[int] = mapped_column(BigInteger)
+    files: Mapped[list[Any]] = mapped_column(JSON, comment="[{path, size, kind}], as unpacked")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class OutboxMessage(Base):
     """A Celery message written in the same transaction as the decision it carries."""
 

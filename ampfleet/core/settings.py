@@ -137,6 +137,15 @@ class Settings(BaseSettings):
     s3_access_key_id: str = ""
     s3_secret_access_key: SecretStr = SecretStr("")
     s3_region: str = "us-east-1"
+    max_bundle_bytes: int = Field(
+        100 << 20, gt=0, description="Largest code bundle archive; larger uploads get 413."
+    )
+    max_archive_files: int = Field(
+        10_000, ge=1, description="Entries an uploaded archive may hold; more get 422."
+    )
+    max_archive_unpacked_bytes: int = Field(
+        1 << 30, gt=0, description="Bytes an uploaded archive may unpack to; more get 422."
+    )
     checkpoint_upload_timeout_s: float = Field(
         600.0, gt=0, description="How long an attempt's outcome waits for its uploads."
     )

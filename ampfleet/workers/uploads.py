@@ -33,7 +33,7 @@ from ampfleet.core.db import get_read_sessionmaker, session_scope
 from ampfleet.core.lifecycle import record_event
 from ampfleet.core.models import Job
 from ampfleet.core.settings import Settings
-from ampfleet.workers.checkpoint_archive import pack, unpack
+from ampfleet.workers.checkpoint_archive import archive_name, pack, unpack
 from ampfleet.workers.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ class ArtifactUploader:
         details = dict(upload.details)
         if upload.kind == catalog.CHECKPOINT:
             source = pack(upload.paths, upload.paths[0].parent)
-            details["files"] = sorted(p.name for p in upload.paths)
+            details["files"] = sorted(archive_name(p) for p in upload.paths)
             content_type = catalog.TAR
         else:
             source = upload.paths[0]

@@ -46,11 +46,14 @@ def uploader(backend: str, store_environment: dict[str, str]) -> Iterator[Artifa
 
 def _write_checkpoint(folder: Path, step: int) -> dict[str, Any]:
     """The files the loop writes for a step on two ranks, and rank 0's record of them."""
-    folder.mkdir(parents=True, exist_ok=True)
+    checkpoint = folder / f"ckpt-{step:09d}"
+    checkpoint.mkdir(parents=True, exist_ok=True)
     for rank in (0, 1):
-        (folder / f"rng-{step:09d}-rank{rank}.pt").write_bytes(f"rng {step} {rank}".encode())
-    (folder / f"ckpt-{step:09d}.pt").write_bytes(f"model {step}".encode() * 50_000)
-    return {"kind": "artifact", **artifact_record(folder, step, LINEAGE)}
+        (checkpoint / f"rng-rank{rank}.pt").write_bytes(f"rng {step} {rank}".encode())
+        (checkpoint / f"__{rank}_0.distcp").write_bytes(f"shard {step} {rank}".encode() * 50_000)
+    (checkpoint / ".metadata").write_bytes(f"metadata {step}".encode())
+    (checkpoint / "meta.json").write_text("{}")
+    return {"kind": "artifact", **artifact_record(checkpoint, step, LINEAGE)}
 
 
 def _settle(uploader: ArtifactUploader, key: tuple[str, int]) -> None:
@@ -92,13 +95,20 @@ def test_checkpoints_are_listed_pruned_and_restored(
     ]
     assert rows[1].details == {
         **LINEAGE,
-        "files": ["ckpt-000000030.pt", "rng-000000030-rank0.pt", "rng-000000030-rank1.pt"],
+        "files": [
+            "ckpt-000000030/.metadata",
+            "ckpt-000000030/__0_0.distcp",
+            "ckpt-000000030/__1_0.distcp",
+            "ckpt-000000030/meta.json",
+            "ckpt-000000030/rng-rank0.pt",
+            "ckpt-000000030/rng-rank1.pt",
+        ],
     }
     assert rows[1].content_type == "application/x-tar"
     store = get_store()
     assert sorted(store.keys()) == sorted(object_key(r.sha256) for r in rows)
     assert store.size(object_key(rows[1].sha256)) == rows[1].size
-    assert not list(folder.glob(".upload-*"))  # the temp tars are gone
+    assert not list(folder.glob("*/.upload-*"))  # the temp tars are gone
 
     # Another node, with no shared disk: it gets step 30 from the store, once.
     elsewhere = tmp_path / "node-b" / job_id
@@ -106,7 +116,8 @@ def test_checkpoints_are_listed_pruned_and_restored(
     assert sorted(uploader.restore(run_dir, job_id)) == rows[1].details["files"]
     for name in rows[1].details["files"]:
         assert (elsewhere / name).read_bytes() == (folder / name).read_bytes()
-    assert sorted(p.name for p in elsewhere.iterdir()) == rows[1].details["files"]
+    restored = sorted(f"{p.parent.name}/{p.name}" for p in elsewhere.glob("*/*"))
+    assert restored == rows[1].details["files"]
     assert uploader.restore(run_dir, job_id) == []
 
 
@@ -174,7 +185,9 @@ def test_a_worker_killed_mid_upload_leaves_no_listed_checkpoint(
     job_id = insert_job(state=JobState.RUNNING, attempt=1)
     folder = tmp_path / job_id
     record = _write_checkpoint(folder, 10)
-    with (folder / "ckpt-000000010.pt").open("r+b") as model:  # big enough to catch mid-way
+    with (folder / "ckpt-000000010" / "__0_0.distcp").open(
+        "r+b"
+    ) as model:  # big enough to catch mid-way
         model.truncate(KILL_TEST_BYTES)
     store = get_store()
     child = subprocess.Popen(

@@ -1,6 +1,7 @@
 """The `artifacts` rows and the objects they name: listing one, keep-last-K, and which objects
-no row needs any more. Written once here for the node agent (uploads, pruning) and the API
-(a job's deletion), so the rule "an object goes only when no row names it" has one home.
+no row (of `artifacts` or `bundles`) needs any more. Written once here for the node agent
+(uploads, pruning) and the API (a job's or a bundle's deletion), so the rule "an object goes
+only when no row names it" has one home.
 
 Objects are shared by content: two rows (of one job or of two) may name the same sha256, so
 deleting a row never deletes its object by itself; `unreferenced` says which may go, and the
@@ -18,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from ampfleet.core.artifacts import StoredObject
 from ampfleet.core.ids import new_id
-from ampfleet.core.models import Artifact, Job
+from ampfleet.core.models import Artifact, Bundle, Job
 
 CHECKPOINT = "checkpoint"
 TAR = "application/x-tar"
@@ -93,6 +94,7 @@ def unreferenced(session: Session, sha256s: Iterable[str]) -> list[str]:
     if not wanted:
         return []
     still = set(session.scalars(select(Artifact.sha256).where(Artifact.sha256.in_(wanted))))
+    still |= set(session.scalars(select(Bundle.sha256).where(Bundle.sha256.in_(wanted))))
     return sorted(wanted - still)
 
 

@@ -29,6 +29,7 @@ from ampfleet.workers.rundir import RecordWriter, RunDir
 from ampfleet.workers.training.export import RunSummary, export_run
 from ampfleet.workers.training.group import leave_process_group
 from ampfleet.workers.training.loop import LoopConfig, Trainer
+from ampfleet.workers.training.parallel import ParallelConfig
 from ampfleet.workers.training.precision import resolve_allreduce_dtype, resolve_precision
 from ampfleet.workers.training.task import RecipeContext
 
@@ -60,7 +61,9 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run(run_dir: RunDir, rank: int, world_size: int, local_rank: int) -> None:
+def run(
+    run_dir: RunDir, rank: int, world_size: int, local_rank: int, ranks_on_node: int = 1
+) -> None:
     job: dict[str, Any] = json.loads(run_dir.job_file.read_text())
     spec = job["spec"]
     device, backend = pick_device(spec["resources"]["accelerator"], local_rank)
@@ -103,12 +106,16 @@ def run(run_dir: RunDir, rank: int, world_size: int, local_rank: int) -> None:
         checkpoint_every_steps=spec["checkpoint"]["every_steps"],
         keep_last_checkpoints=spec["checkpoint"]["keep_last"],
         checkpoint_dir=Path(job["checkpoint_dir"]),
+        parallel=ParallelConfig.from_spec(spec),
+        ranks_on_node=ranks_on_node,
     )
     writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
     try:
         trainer = Trainer(task, config, writer, stop_requested=PREEMPT.is_set)
         metrics = trainer.run()
-        if writer and not PREEMPT.is_set():
+        # Every rank, in step (the ranks agreed on stopping): FSDP gathers the shards.
+        gathered = None if trainer.preempted else trainer.parallel.full_state_dict()
+        if writer and not trainer.preempted:
             # Before "finished": the model is listed by the time the job is SUCCEEDED.
             summary = RunSummary(
                 step=trainer.step,
@@ -118,7 +125,7 @@ def run(run_dir: RunDir, rank: int, world_size: int, local_rank: int) -> None:
                 world_size=world_size,
                 backend=backend,
             )
-            export_run(run_dir, job, trainer.model, summary, writer)
+            export_run(run_dir, job, trainer.model, summary, writer, gathered=gathered)
             writer.write("finished")
     finally:
         if writer:
@@ -167,7 +174,13 @@ def main(argv: list[str]) -> int:
     capture_output(run_dir, rank)
     completed = False
     try:
-        run(run_dir, rank, int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
+        run(
+            run_dir,
+            rank,
+            int(os.environ["WORLD_SIZE"]),
+            int(os.environ["LOCAL_RANK"]),
+            ranks_on_node=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        )
         completed = True
         return 0
     except Exception as exc:

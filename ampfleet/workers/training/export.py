@@ -68,14 +68,21 @@ class ExportedFile:
 
 
 def export_run(
-    run_dir: RunDir, job: dict[str, Any], model: nn.Module, run: RunSummary, writer: RecordWriter
+    run_dir: RunDir,
+    job: dict[str, Any],
+    model: nn.Module,
+    run: RunSummary,
+    writer: RecordWriter,
+    *,
+    gathered: dict[str, torch.Tensor] | None = None,
 ) -> list[ExportedFile]:
     """Writes the export of a completed run (rank 0 only) and records each file as an
-    artifact; returns what it wrote."""
+    artifact; returns what it wrote. `gathered`: a sharded model's whole state dict, which
+    every rank took part in gathering (`ParallelModel.full_state_dict`)."""
     spec = job["spec"]
     run_dir.export_dir.mkdir(parents=True, exist_ok=True)
     lineage = {"precision": run.precision, "allreduce_dtype": run.allreduce_dtype}
-    master = master_weights(model)
+    master = master_weights(model.state_dict() if gathered is None else gathered)
     files = [_weights(run_dir.export_dir / MODEL, master, "float32", job, run, lineage)]
     if spec.get("export", {}).get("dtype") == "bf16":
         rounded = {
@@ -103,13 +110,12 @@ def export_run(
     return [*outputs, *files]
 
 
-def master_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+def master_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The state dict on the CPU, each tensor its own copy: safetensors refuses tensors that
     share memory (tied embeddings), and a copy of each keeps every key, so the file loads
     back with a strict `load_state_dict`."""
     return {
-        name: tensor.detach().to("cpu", copy=True).contiguous()
-        for name, tensor in model.state_dict().items()
+        name: tensor.detach().to("cpu", copy=True).contiguous() for name, tensor in state.items()
     }
 
 

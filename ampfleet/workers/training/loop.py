@@ -177,6 +177,7 @@ class Trainer:
         self.skipped_steps = 0
         self.nonfinite_streak = 0
         self.checkpoint_owed = False
+        self.preempted = False
         self.batches: Iterator[Batch] = iter(())
 
     # -- the run --------------------------------------------------------------------------
@@ -231,6 +232,8 @@ class Trainer:
             if self.step % STOP_CHECK_EVERY == 0 and self._stop_agreed():
                 # Preempted: leave a checkpoint at this exact step and exit cleanly.
                 self._save()
+                self.checkpoints.wait()
+                self.preempted = True
                 self._record("preempted", step=self.step)
                 return last
         final = self.evaluate()

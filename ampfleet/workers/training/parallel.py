@@ -35,6 +35,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllocMixin
@@ -283,6 +284,14 @@ class ParallelModel:
             for group in state._fsdp_param_groups:
                 group.mp_policy = policy
                 group._init_mp_dtypes()
+
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The whole model's state dict on rank 0's CPU (every rank must call it: FSDP
+        gathers the shards); None where the model's own `state_dict` is already whole."""
+        if self.strategy != "fsdp":
+            return None
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return cast(dict[str, torch.Tensor], get_model_state_dict(self.model, options=options))
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
         """The global gradient norm (a plain tensor, the same on every rank), clipped to."""

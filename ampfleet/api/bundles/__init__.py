@@ -1,0 +1,1 @@
+"""Code bundles: users' archives of their own recipe code."""

@@ -1,0 +1,43 @@
+"""Archives built in memory for upload tests, well-formed or hostile on purpose."""
+
+from __future__ import annotations
+
+import io
+import stat
+import tarfile
+import zipfile
+
+
+def zip_of(files: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
+    """A zip of `files` (name -> bytes) and symlinks (name -> target) as Unix zip tools store
+    them: the mode in the high bits of external_attr, the target as the content."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+        for name, target in (links or {}).items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            archive.writestr(info, target)
+    return buffer.getvalue()
+
+
+def tar_gz_of(members: list[tuple[tarfile.TarInfo, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for info, data in members:
+            info.size = len(data) if info.isreg() else 0
+            archive.addfile(info, io.BytesIO(data) if info.isreg() else None)
+    return buffer.getvalue()
+
+
+def file_entry(name: str, data: bytes) -> tuple[tarfile.TarInfo, bytes]:
+    return tarfile.TarInfo(name), data
+
+
+def special_entry(name: str, kind: bytes, target: str = "") -> tuple[tarfile.TarInfo, bytes]:
+    """A tar entry of another type: tarfile.SYMTYPE, LNKTYPE, CHRTYPE, FIFOTYPE, ..."""
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = target
+    return info, b""
