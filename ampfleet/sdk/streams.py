@@ -1,5 +1,7 @@
 """Server-Sent Events: decoding, typed frames, and a stream flow that survives dropped
-connections by reconnecting with `Last-Event-ID` (the id of the last frame it delivered)."""
+connections by reconnecting with `Last-Event-ID` (the id of the last frame it delivered).
+A stream the server ends with an `error` frame is not reconnected: it raises that error, as
+the response to a reconnection would (a revoked key's stream ends so, and it would be a 401)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import TypeVar
 
 import httpx
 
-from ampfleet.sdk.errors import ConnectionFailed, StreamDisconnected
+from ampfleet.sdk.errors import ApiError, ConnectionFailed, StreamDisconnected, error_from_response
 from ampfleet.sdk.models import JobFrame, LogLine, ProgressFrame, job_frame_adapter
 from ampfleet.sdk.protocol import READ_LINE, Flow, Item, IterFlow, Sleep
 
@@ -18,6 +20,17 @@ T = TypeVar("T")
 
 SSE_MEDIA_TYPE = "text/event-stream"
 JOB_FRAME_KINDS = frozenset({"state", "event", "progress", "metrics", "end"})
+# The HTTP status each error code of the envelope comes with, for the error frames of a
+# stream (which has already answered 200).
+STATUS_OF_ERROR_CODE = {
+    "unauthorized": 401,
+    "forbidden": 403,
+    "not_found": 404,
+    "conflict": 409,
+    "validation_error": 422,
+    "too_many_requests": 429,
+    "service_unavailable": 503,
+}
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,8 @@ def resumable_stream(
                 event = decoder.feed(line)
                 if event is None:
                     continue
+                if event.event == "error":
+                    raise error_from_frame(event)
                 failures = 0
                 last_event_id = event.id or last_event_id
                 for item in convert(event):
@@ -89,6 +104,19 @@ def resumable_stream(
                 f"{problem} (gave up after {max_reconnects} reconnects)", last_event_id
             )
         yield Sleep(min(0.5 * 2 ** (failures - 1), 8.0))
+
+
+def error_from_frame(event: ServerSentEvent) -> ApiError:
+    """The exception of an `error` frame, whose data is the error envelope."""
+    try:
+        data = json.loads(event.data)
+    except json.JSONDecodeError:
+        data = None
+    error = data.get("error") if isinstance(data, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    status = STATUS_OF_ERROR_CODE.get(code, 500) if isinstance(code, str) else 500
+    headers = {"Content-Type": "application/json"}
+    return error_from_response(httpx.Response(status, headers=headers, content=event.data))
 
 
 class JobFrames:
