@@ -20,6 +20,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 ZIP = "zip"
 TAR_GZ = "tar.gz"
@@ -43,6 +44,7 @@ class ArchiveEntry:
     path: str  # relative, '/'-separated, normalised
     size: int  # bytes once unpacked; 0 for folders and links
     kind: str  # "file" | "dir" | "symlink"
+    target: str = ""  # a symlink's target, or the file a tar hard link repeats
 
 
 def archive_format(path: Path) -> str:
@@ -68,7 +70,7 @@ def _checked(raw: Iterator[tuple[str, str, int, str]], limits: ArchiveLimits) ->
     seen: set[str] = set()
     links: set[str] = set()
     total = 0
-    for name, kind, size, target in raw:
+    for name, kind, size, stated_target in raw:
         relative = _relative_name(name)
         if not relative:  # the tree itself ("./" of `tar -C dir .`)
             if kind != "dir":
@@ -79,11 +81,14 @@ def _checked(raw: Iterator[tuple[str, str, int, str]], limits: ArchiveLimits) ->
         # A link is judged from where it stands; standing behind another link would move it.
         if any(parent.as_posix() in links for parent in PurePosixPath(relative).parents):
             raise ArchiveRefusedError(f"entry {relative!r} lies behind a link")
+        target = stated_target
         if kind == "symlink":
             _check_link(relative, target)
             links.add(relative)
+        elif target:  # a hard link, to a file listed (and so checked) before it
+            target = _relative_name(target)
         seen.add(relative)
-        entries.append(ArchiveEntry(path=relative, size=size, kind=kind))
+        entries.append(ArchiveEntry(path=relative, size=size, kind=kind, target=target))
         if len(entries) > limits.max_files:
             raise ArchiveRefusedError(f"more than {limits.max_files} entries in the archive")
         total += size
@@ -150,12 +155,12 @@ def _tar_entries(path: Path) -> Iterator[tuple[str, str, int, str]]:
         archive = tarfile.open(path, mode="r:gz")  # noqa: SIM115 - closed below
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise ArchiveRefusedError(f"not a readable tar.gz archive: {exc}") from None
-    names: set[str] = set()
+    sizes: dict[str, int] = {}
     with archive:
         try:
             while (member := archive.next()) is not None:
                 if member.isreg():
-                    names.add(member.name)
+                    sizes[member.name] = member.size
                     yield member.name, "file", member.size, ""
                 elif member.isdir():
                     yield member.name.rstrip("/"), "dir", 0, ""
@@ -163,12 +168,68 @@ def _tar_entries(path: Path) -> Iterator[tuple[str, str, int, str]]:
                     yield member.name, "symlink", 0, member.linkname
                 elif member.islnk():
                     # A hard link may only repeat a file listed before it.
-                    if member.linkname not in names:
+                    if member.linkname not in sizes:
                         raise ArchiveRefusedError(
                             f"hard link {member.name[:200]!r} names no file of the tree"
                         )
-                    yield member.name, "file", 0, ""
+                    # Unpacked as a copy: its bytes count again.
+                    yield member.name, "file", sizes[member.linkname], member.linkname
                 else:
                     raise ArchiveRefusedError(f"entry {member.name[:200]!r} is a device or pipe")
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise ArchiveRefusedError(f"not a readable tar.gz archive: {exc}") from None
+
+
+def unpack_archive(path: Path, dest: Path, limits: ArchiveLimits) -> list[ArchiveEntry]:
+    """Checks the archive, then writes its entries under `dest` (which must not exist yet)
+    itself, never through tarfile's or zipfile's extraction: folders, files, then the
+    in-tree links, each file's bytes counted as they are written (a stated size may lie)."""
+    kind, entries = inspect_archive(path, limits)
+    dest.mkdir(parents=True)
+    try:
+        _write_entries(path, kind, entries, dest, limits)
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:  # bytes that lie
+        raise ArchiveRefusedError(f"the archive is damaged: {exc}") from None
+    return entries
+
+
+def _write_entries(
+    path: Path, kind: str, entries: list[ArchiveEntry], dest: Path, limits: ArchiveLimits
+) -> None:
+    by_name = {entry.path: entry for entry in entries}
+    for entry in entries:
+        if entry.kind == "dir":
+            (dest / entry.path).mkdir(parents=True, exist_ok=True)
+    budget = [limits.max_unpacked_bytes]
+    if kind == ZIP:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                stated = by_name.get(_relative_name(info.filename.rstrip("/")))
+                if stated is not None and stated.kind == "file":
+                    with archive.open(info) as source:
+                        _copy(source, dest / stated.path, budget)
+    else:
+        with tarfile.open(path, mode="r:gz") as archive:
+            for member in archive:
+                listed = by_name.get(_relative_name(member.name))
+                content = archive.extractfile(member) if member.isreg() else None
+                if listed is not None and content is not None:
+                    with content:
+                        _copy(content, dest / listed.path, budget)
+    for entry in entries:
+        if entry.kind == "symlink":
+            (dest / entry.path).parent.mkdir(parents=True, exist_ok=True)
+            (dest / entry.path).symlink_to(entry.target)
+        elif entry.kind == "file" and entry.target:
+            with (dest / entry.target).open("rb") as source:
+                _copy(source, dest / entry.path, budget)
+
+
+def _copy(source: IO[bytes], target: Path, budget: list[int]) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("xb") as out:  # "x": never through a link or over a file
+        while chunk := source.read(1 << 20):
+            budget[0] -= len(chunk)
+            if budget[0] < 0:
+                raise ArchiveRefusedError(f"unpacks to more than it states (at {target.name!r})")
+            out.write(chunk)
