@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     webhook_max_attempts: int = Field(8, ge=1)
     webhook_retry_base_s: float = Field(5.0, gt=0, description="First retry delay; doubles.")
     webhook_poll_s: float = Field(1.0, gt=0)
+    idempotency_key_ttl_s: float = Field(
+        86400.0, gt=0, description="How long an Idempotency-Key of POST /v1/jobs is remembered."
+    )
     webhook_secret_overlap_s: float = Field(
         86400.0, ge=0, description="After a rotation, how long the old secret also signs."
     )

@@ -4,6 +4,7 @@ once with one Idempotency-Key make exactly one job."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -21,7 +22,11 @@ def test_fifty_concurrent_identical_submits_make_one_job(fleet: Fleet) -> None:
 
     def submit(_: int) -> tuple[int, str]:
         with httpx.Client(base_url=fleet.base_url, timeout=60) as client:
-            response = client.post("/v1/jobs", json=spec, headers=headers)
+            for _ in range(20):  # 409 while the first is in flight: retry as it says
+                response = client.post("/v1/jobs", json=spec, headers=headers)
+                if response.status_code != 409:
+                    break
+                time.sleep(float(response.headers["Retry-After"]))
             assert response.status_code in (200, 202), (response.status_code, response.text)
             return response.status_code, response.json()["id"]
 

@@ -14,7 +14,7 @@ from ampfleet.api.auth import CurrentPrincipal
 from ampfleet.api.bounds import MAX_ID
 from ampfleet.api.deps import ReadSessionDep, SessionDep
 from ampfleet.api.errors import UnprocessableError, responses
-from ampfleet.api.jobs import repository, service
+from ampfleet.api.jobs import idempotency, repository, service
 from ampfleet.api.jobs.schemas import (
     EventList,
     EventOut,
@@ -38,10 +38,21 @@ JOB_CURSOR_PATTERN = r"^[A-Za-z0-9_-]{40}$"  # a job id, base64url without paddi
     "",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobOut,
-    responses=responses(401, 403, 413, 422, 429, 503),
+    responses={
+        200: {
+            "model": JobOut,
+            "description": "A replay: an earlier request with this Idempotency-Key and body "
+            "made this job; the body is its current state",
+        },
+        **responses(401, 403, 409, 413, 422, 429, 503),
+    },
     summary="Submit a training job",
     description="Refused with 422 when the job can never fit the fleet as registered "
-    "(requested vs the largest matching node), with 429 when its project's queue is full.",
+    "(requested vs the largest matching node), with 429 when its project's queue is full. "
+    "With an Idempotency-Key: 202 makes the job; a retry after that answers 200 with the "
+    "same job; a retry while the first request is still in flight answers 409 with "
+    "Retry-After; the same key with another body answers 422. A key is remembered for "
+    "AMPFLEET_IDEMPOTENCY_KEY_TTL_S (a day) after its job was submitted, then free again.",
 )
 def submit_job(
     spec: JobSpec,
@@ -51,7 +62,11 @@ def submit_job(
     response: Response,
     idempotency_key: Annotated[
         str | None,
-        Header(max_length=128, description="Same key and body return the same job."),
+        Header(
+            max_length=128,
+            description="Same key and body return the same job, for a day (the server's "
+            "AMPFLEET_IDEMPOTENCY_KEY_TTL_S).",
+        ),
     ] = None,
 ) -> JobOut:
     if "project" not in spec.model_fields_set:
@@ -62,9 +77,13 @@ def submit_job(
     earlier = service.earlier_submit(reader, spec, idempotency_key) if idempotency_key else None
     if earlier is not None:
         job, created = earlier, False
-    else:
+    elif idempotency_key is None:
         job, created = service.submit(session, spec, idempotency_key)
-    session.commit()  # the job must be durable before the scheduler is woken for it
+        session.commit()  # the job must be durable before the scheduler is woken for it
+    else:
+        with idempotency.claim(session, spec.project, idempotency_key):
+            job, created = service.submit(session, spec, idempotency_key)
+            session.commit()
     if created:
         wake_scheduler()
     else:

@@ -20,7 +20,7 @@ from ampfleet.api.errors import (
     TooManyRequestsError,
     UnprocessableError,
 )
-from ampfleet.api.jobs import repository
+from ampfleet.api.jobs import idempotency, repository
 from ampfleet.api.jobs.schemas import JobOut, PrecisionSetting, Progress, QueueInfo, Volume
 from ampfleet.core import webhooks
 from ampfleet.core.fleet import fits_fleet, job_request_of, matches
@@ -29,6 +29,7 @@ from ampfleet.core.lifecycle import record_event, transition
 from ampfleet.core.memory import job_rank_memory, memory_refusal
 from ampfleet.core.models import Job, JobEvent, Project
 from ampfleet.core.recipes import UnknownRecipeError, get_recipe
+from ampfleet.core.settings import get_settings
 from ampfleet.core.spec import JobSpec, Precision, Priority
 from ampfleet.core.states import ACTIVE_STATES, WAITING_STATES, JobState
 from ampfleet.core.validation import describe_invalid, dotted
@@ -88,9 +89,10 @@ def admit(session: Session, spec: JobSpec, resolved: Mapping[str, Any]) -> None:
 
 
 def earlier_submit(session: Session, spec: JobSpec, idempotency_key: str) -> Job | None:
-    """The job an earlier request with this key made, if any (422 for another body)."""
+    """The job an earlier request with this key made, if any and the key has not expired
+    (422 for another body)."""
     existing = repository.get_by_idempotency_key(session, spec.project, idempotency_key)
-    if existing is None:
+    if existing is None or idempotency.expired(existing, get_settings().idempotency_key_ttl_s):
         return None
     return _same_request_or_refuse(existing, request_fingerprint(spec))
 
@@ -99,6 +101,13 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
     """Queue a job; returns (job, created). A repeated idempotency key returns the first job
     (the router has looked for it already; a request racing this one is caught below)."""
     fingerprint = request_fingerprint(spec)
+    if idempotency_key is not None:
+        existing = repository.get_by_idempotency_key(session, spec.project, idempotency_key)
+        if existing is not None:
+            if not idempotency.expired(existing, get_settings().idempotency_key_ttl_s):
+                return _same_request_or_refuse(existing, fingerprint), False
+            existing.idempotency_key = None  # expired: the key is free for this request
+            session.flush()
     resolved = resolve(spec)
     admit(session, spec, resolved)
     job = Job(
