@@ -122,6 +122,8 @@ def apply_records(
             job.total_steps = int(record["total_steps"])
         elif kind == "event":
             record_event(session, job, record["reason"], record["message"])
+        elif kind == "compute":  # FLOPs per step and the peak that MFU is measured against
+            record_event(session, job, "compute", record["message"])
         elif kind == "preempted":
             feed.preempted_at_step = int(record["step"])
         elif kind == "artifact":  # uploaded and listed by the agent, off this transaction

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from ampfleet.workers.rundir import RecordWriter
 from ampfleet.workers.training import checkpoint
 from ampfleet.workers.training.allreduce import AllReduceState
+from ampfleet.workers.training.flops import StepFlops, peak_flops, utilisation
 from ampfleet.workers.training.parallel import (
     MB,
     ParallelConfig,
@@ -118,6 +119,8 @@ class Trainer:
         if cfg.parallel.compile and (reason := compile_unavailable(self.device)):
             raise RuntimeError(reason)
         self.model = task.model.to(self.device)
+        self.flops = StepFlops(task.grad_accum_steps)
+        self.peak = peak_flops(self.device, self.precision)
         self.strategy = choose_strategy(
             cfg.parallel, self.model, self.device, cfg.world_size, cfg.ranks_on_node
         )
@@ -178,6 +181,7 @@ class Trainer:
         self.nonfinite_streak = 0
         self.checkpoint_owed = False
         self.preempted = False
+        self.compute_reported = False
         self.batches: Iterator[Batch] = iter(())
 
     # -- the run --------------------------------------------------------------------------
@@ -254,7 +258,10 @@ class Trainer:
             last_micro = micro == task.grad_accum_steps - 1
             with timer.phase("data"):
                 batch = to_device(next(self.batches), self.device)
-            with contextlib.nullcontext() if last_micro else self.parallel.no_sync():
+            with (
+                contextlib.nullcontext() if last_micro else self.parallel.no_sync(),
+                self.flops.counting(micro),
+            ):
                 gathered = self.parallel.times.total()
                 with timer.phase("forward"), autocast(self.precision, self.device):
                     loss = task.loss(self.ddp, batch) / task.grad_accum_steps
@@ -328,6 +335,7 @@ class Trainer:
             "skipped_steps": float(self.skipped_steps),
             "allreduce_bytes": float(self.comm.bytes_this_step),
             **{f"time_{name}_s": seconds for name, seconds in timer.seconds.items()},
+            **utilisation(self.flops.per_step or 0, cfg.world_size, step_time, self.peak),
         }
         if self.parallel.strategy == "fsdp":
             metrics["time_all_gather_s"] = self.parallel.times.all_gather_s
@@ -336,6 +344,14 @@ class Trainer:
             metrics["loss_scale"] = float(self.scaler.get_scale())
         if self.comm.last_relative_error is not None:
             metrics["allreduce_relative_error"] = self.comm.last_relative_error
+        if not self.compute_reported:
+            self.compute_reported = True
+            self._record(
+                "compute",
+                step_flops=self.flops.per_step or 0,
+                peak_flops_per_s=self.peak.flops_per_s if self.peak else None,
+                message=self.flops.message(self.peak, f"{self.device} in {self.precision}"),
+            )
         self._record("metrics", step=self.step, values=metrics)
         if cfg.rank == 0:
             print(

@@ -1,0 +1,113 @@
+"""How much of its hardware a job uses: FLOPs per step against the device's peak (MFU).
+
+A step's time says how fast a job runs, not how fast it could: MFU (model FLOPs
+utilisation) is the FLOPs the model needs per step over what the device could have done in
+that time. The FLOPs are counted once, with torch's FlopCounterMode over the first
+micro-step's forward and backward (so a recipe declares nothing); the count depends on
+shapes only, not on the dtype. The peak comes from a table of dense tensor-core
+figures per GPU and dtype (vendor datasheets, no sparsity), and on a CPU from a matmul
+probe measured at start in the job's dtype, since CPUs have no datasheet figure that holds
+under a shared node's thread budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+TFLOP = 1e12
+# Dense peak FLOP/s per device and compute dtype, from the vendors' datasheets (SXM parts
+# where there are several). fp32 is the non-tensor-core rate: autocast leaves fp32 jobs
+# there unless TF32 is enabled.
+GPU_PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    "H200": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
+    "H100": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
+    "A100": {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
+    "L40S": {"bf16": 362.0, "fp16": 362.0, "fp32": 91.6},
+    "L4": {"bf16": 121.0, "fp16": 121.0, "fp32": 30.3},
+    "A10": {"bf16": 125.0, "fp16": 125.0, "fp32": 31.2},
+    "V100": {"fp16": 125.0, "fp32": 15.7},
+    "T4": {"fp16": 65.0, "fp32": 8.1},
+}
+PROBE_SIZE = 512
+PROBE_REPEATS = 5
+
+
+@dataclass(frozen=True)
+class Peak:
+    flops_per_s: float
+    source: str
+    """Where the figure comes from: the table's row, or the CPU probe."""
+
+
+class StepFlops:
+    """FLOPs of one optimizer step on one rank, counted over the first micro-step this
+    process runs (forward and backward), times the micro-steps per step.
+
+    Counting the real micro-step, not an extra one, leaves no trace: no RNG drawn, no
+    batch-norm statistics moved, no batch taken from the loader, no loss call a test
+    counts. Only that step pays the counter's overhead."""
+
+    def __init__(self, grad_accum_steps: int) -> None:
+        self.grad_accum_steps = grad_accum_steps
+        self.per_step: int | None = None
+
+    @contextlib.contextmanager
+    def counting(self, micro: int) -> Iterator[None]:
+        if micro != 0 or self.per_step is not None:
+            yield
+            return
+        with FlopCounterMode(display=False) as counter:
+            yield
+        self.per_step = int(counter.get_total_flops()) * self.grad_accum_steps
+
+    def message(self, peak: Peak | None, where: str) -> str:
+        per_step = self.per_step or 0
+        figure = (
+            f"peak {peak.flops_per_s / TFLOP:,.3f} TFLOP/s per rank ({peak.source})"
+            if peak is not None
+            else f"no peak figure for {where}, so no MFU"
+        )
+        return f"{per_step / 1e9:,.3f} GFLOP per optimizer step on each rank; {figure}"
+
+
+def peak_flops(device: torch.device, precision: str) -> Peak | None:
+    """The device's dense peak in the compute dtype; None for a GPU the table lacks."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for model, peaks in GPU_PEAK_TFLOPS.items():
+            if model in name.upper() and precision in peaks:
+                return Peak(peaks[precision] * TFLOP, f"{model} {precision} datasheet")
+        return None
+    return Peak(probe_matmul_flops(precision), f"CPU {precision} matmul probe")
+
+
+def probe_matmul_flops(precision: str) -> float:
+    """The best FLOP/s of a square matmul in the dtype, on this rank's threads."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    a = torch.randn(PROBE_SIZE, PROBE_SIZE, generator=torch.Generator().manual_seed(0))
+    a = a.to(dtype)
+    torch.mm(a, a)  # warm up: the first call picks kernels
+    best = float("inf")
+    for _ in range(PROBE_REPEATS):
+        started = time.perf_counter()
+        torch.mm(a, a)
+        best = min(best, time.perf_counter() - started)
+    return 2 * PROBE_SIZE**3 / max(best, 1e-9)
+
+
+def utilisation(
+    step_flops: int, world_size: int, step_time_s: float, peak: Peak | None
+) -> dict[str, float]:
+    """A step's achieved FLOP/s (every rank together) and, with a peak, its MFU (0..1):
+    what the ranks did over what their devices could have done in the step's time."""
+    achieved = step_flops * world_size / step_time_s if step_time_s > 0 else 0.0
+    metrics = {"flops_per_s": achieved}
+    if peak is not None and peak.flops_per_s > 0:
+        metrics["mfu"] = achieved / (peak.flops_per_s * world_size)
+    return metrics

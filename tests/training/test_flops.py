@@ -1,0 +1,93 @@
+"""FLOPs per step, the peak they are compared with, and MFU (training/flops.py)."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from ampfleet.workers.training.flops import (
+    Peak,
+    StepFlops,
+    peak_flops,
+    probe_matmul_flops,
+    utilisation,
+)
+from ampfleet.workers.training.localranks import run_ranks
+from ampfleet.workers.training.task import TrainingTask
+from tests.support.training import records, train_recipe
+
+BATCH, IN, HIDDEN, OUT, ACCUM = 16, 64, 48, 10, 2
+
+
+def _mlp_task() -> TrainingTask:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(IN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, OUT))
+    data = TensorDataset(torch.randn(64, IN), torch.randint(0, OUT, (64,)))
+
+    def loss(module: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return nn.functional.cross_entropy(module(batch[0]), batch[1])
+
+    return TrainingTask(
+        model=model,
+        train_dataset=data,
+        val_dataset=None,
+        loss=loss,
+        eval_step=lambda _m, _b: {},
+        eval_finalize=dict,
+        batch_size=BATCH,
+        learning_rate=1e-3,
+        grad_accum_steps=ACCUM,
+    )
+
+
+def test_mlp_flops_equal_the_analytic_count() -> None:
+    task = _mlp_task()
+    flops = StepFlops(grad_accum_steps=ACCUM)
+    data, labels = next(iter(DataLoader(task.train_dataset, batch_size=BATCH)))
+    for micro in range(ACCUM):  # only the first micro-step is counted
+        with flops.counting(micro):
+            task.loss(task.model, (data, labels)).backward()
+    # Forward: 2 FLOPs per multiply-add of each Linear. Backward: the weight gradient of
+    # both layers, and the input gradient of the second only (the data needs none).
+    forward = 2 * BATCH * (IN * HIDDEN + HIDDEN * OUT)
+    backward = 2 * BATCH * IN * HIDDEN + 2 * (2 * BATCH * HIDDEN * OUT)
+    assert flops.per_step == ACCUM * (forward + backward)
+    assert flops.message(None, "cpu in fp32").endswith("no peak figure for cpu in fp32, so no MFU")
+
+
+def test_cpu_peak_is_a_probe_in_each_dtype() -> None:
+    for precision in ("fp32", "bf16"):
+        peak = peak_flops(torch.device("cpu"), precision)
+        assert peak is not None
+        assert peak.flops_per_s > 0
+        assert peak.source == f"CPU {precision} matmul probe"
+    assert probe_matmul_flops("fp32") > 0
+
+
+def test_mfu_is_achieved_over_peak_of_every_rank() -> None:
+    peak = Peak(flops_per_s=100.0, source="test")
+    metrics = utilisation(step_flops=50, world_size=2, step_time_s=1.0, peak=peak)
+    assert metrics == {"flops_per_s": 100.0, "mfu": 0.5}
+    assert utilisation(50, 2, 1.0, None) == {"flops_per_s": 100.0}
+
+
+def _entry(rank: int, world_size: int, out: str) -> dict[str, Any]:
+    return train_recipe(rank, world_size, out, precision="bf16", max_steps=4)
+
+
+def test_a_job_reports_its_flops_and_mfu_per_step(tmp_path: Path) -> None:
+    run_ranks(partial(_entry, out=str(tmp_path)), 2)
+    compute = [r for r in records(tmp_path) if r["kind"] == "compute"]
+    assert len(compute) == 1
+    assert compute[0]["step_flops"] > 0
+    assert "CPU bf16 matmul probe" in compute[0]["message"]
+    steps = [
+        r["values"] for r in records(tmp_path) if r["kind"] == "metrics" and "loss" in r["values"]
+    ]
+    assert len(steps) == 4
+    assert all(v["flops_per_s"] > 0 and v["mfu"] > 0 for v in steps)
