@@ -10,6 +10,7 @@ from ampfleet.api.artifacts.router import router as artifacts_router
 from ampfleet.api.bundles.router import router as bundles_router
 from ampfleet.api.errors import install_error_handlers
 from ampfleet.api.health.router import router as health_router
+from ampfleet.api.inflight import KeyInFlightLimitMiddleware
 from ampfleet.api.jobs.router import router as jobs_router
 from ampfleet.api.keys.router import router as keys_router
 from ampfleet.api.logs.router import router as logs_router
@@ -53,6 +54,8 @@ def create_app() -> FastAPI:
     # Outside the NUL guard, which parses the body; inside the size limit, which bounds it.
     app.add_middleware(JsonDepthLimitMiddleware, max_depth=settings.max_json_depth)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Outside everything that parses or looks up; inside CORS, so a browser can read its 429.
+    app.add_middleware(KeyInFlightLimitMiddleware, limit=settings.max_requests_in_flight_per_key)
     if settings.cors_origins:  # off unless configured: the console is same-origin
         app.add_middleware(
             CORSMiddleware,

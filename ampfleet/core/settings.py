@@ -65,6 +65,11 @@ class Settings(BaseSettings):
     max_streams_per_key: int = Field(
         20, ge=1, description="Live streams a key may hold open on one API process; 429 past it."
     )
+    # A fifth of the threadpool's 40 threads and under a third of the default pool's 30
+    # connections: what one key can hold however many requests it sends at once.
+    max_requests_in_flight_per_key: int = Field(
+        8, ge=1, description="Requests a key may have in flight on one API process; 429 past it."
+    )
     stream_key_recheck_s: float = Field(
         10.0, gt=0, description="How often a live stream re-checks its key; a revoked one ends."
     )
