@@ -151,6 +151,11 @@ class Settings(BaseSettings):
     max_archive_files: int = Field(
         10_000, ge=1, description="Entries an uploaded archive may hold; more get 422."
     )
+    sandbox: Literal["bubblewrap", "none"] = Field(
+        "bubblewrap",
+        description="What contains ranks that run bundled code; 'none' runs it unconfined, "
+        "for trusted users only (until the sandbox lands, the only way to run bundles).",
+    )
     max_archive_unpacked_bytes: int = Field(
         1 << 30, gt=0, description="Bytes an uploaded archive may unpack to; more get 422."
     )

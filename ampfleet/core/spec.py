@@ -5,7 +5,15 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 # Names and labels may end up in file names, log lines and URLs: keep them boring.
 SafeName = Annotated[
@@ -148,12 +156,36 @@ class RetryPolicy(_Strict):
     max_restarts: int = Field(2, ge=0, le=100, description="Restarts after node loss or crash.")
 
 
+BundleId = Annotated[str, StringConstraints(pattern=r"^bnd_[0-9a-z]{26}$")]
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+EntryPoint = Annotated[
+    str,
+    StringConstraints(max_length=200, pattern=rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}$"),
+]
+
+
+class CodeSpec(_Strict):
+    """The user's own recipe, from an uploaded bundle: resolved and run only on the worker
+    (the API never imports it), so its hyperparameters are validated there."""
+
+    bundle: BundleId = Field(description="`bnd_...` from POST /v1/bundles, of the job's project.")
+    entrypoint: EntryPoint = Field(
+        description="`package.module:attribute` inside the bundle, naming a RecipeDefinition."
+    )
+
+
 class JobSpec(_Strict):
     """A training job as submitted over HTTP."""
 
     name: SafeName | None = None
     project: SafeName = "default"
-    recipe: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    # `code` before `recipe`: the check of `recipe` sees it.
+    code: CodeSpec | None = Field(None, description="Or the user's own recipe, from a bundle.")
+    recipe: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = Field(
+        None,
+        validate_default=True,
+        description="A registered recipe (GET /v1/recipes); or give `code`.",
+    )
     hyperparameters: dict[str, Any] = Field(default_factory=dict, max_length=MAX_HYPERPARAMETERS)
     resources: Resources = Field(default_factory=Resources)
     precision: Precision = Precision.AUTO
@@ -168,3 +200,12 @@ class JobSpec(_Strict):
     seed: int = Field(0, ge=0, le=2**31 - 1)
     eval_every_steps: int = Field(0, ge=0, le=10**9, description="0 evaluates only at the end.")
     log_every_steps: int = Field(10, ge=1, le=10**9, description="Metrics every N steps.")
+
+    @field_validator("recipe")
+    @classmethod
+    def _recipe_or_code(cls, recipe: str | None, info: ValidationInfo) -> str | None:
+        if "code" not in info.data:  # `code` was given and is wrong: that error says it
+            return recipe
+        if (recipe is None) == (info.data["code"] is None):
+            raise ValueError("give either `recipe` (a registered one) or `code` (a bundle)")
+        return recipe

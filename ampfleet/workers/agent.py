@@ -24,6 +24,7 @@ from ampfleet.core.lifecycle import requeue_or_fail, transition
 from ampfleet.core.models import Allocation, Job, Node, utcnow
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, JobState
+from ampfleet.workers.bundles import bundle_dir, ensure_unpacked
 from ampfleet.workers.node import Capacity, detect_capacity
 from ampfleet.workers.rendezvous import RendezvousWaiter
 from ampfleet.workers.rundir import RunDir
@@ -126,7 +127,7 @@ class NodeAgent:
     def handle_start(self, job_id: str, attempt: int, node_rank: int) -> None:
         """Claim and hand over; never waits (it runs on one of the Celery threads)."""
         request = self._claim(job_id, attempt, node_rank)
-        if request is None:
+        if request is None or not self._code_ready(request):
             return
         if request.rendezvous is None and request.nnodes > 1:
             self.rendezvous.wait_for(request)
@@ -225,10 +226,43 @@ class NodeAgent:
                     "checkpoint_dir": str(self.settings.checkpoints_dir / job.id),
                     "process_group_timeout_s": PROCESS_GROUP_TIMEOUT_S,
                     "metrics_flush_s": self.settings.metrics_flush_s,
+                    **self._code_dir(job),
                 }
             )
         )
         return run_dir
+
+    def _code_dir(self, job: Job) -> dict[str, str]:
+        code = job.resolved.get("code")
+        return {"code_dir": str(bundle_dir(self.settings, code["sha256"]))} if code else {}
+
+    def _code_ready(self, request: LaunchRequest) -> bool:
+        """Fetch and unpack the job's bundle (outside the claim's transaction: it may take a
+        while); one that cannot be fetched or unpacked fails the job, and frees the slots."""
+        with session_scope() as session:
+            job = session.get(Job, request.job_id)
+            code = job.resolved.get("code") if job else None
+        if not code:
+            return True
+        try:
+            ensure_unpacked(self.settings, code["sha256"])
+            return True
+        except Exception as exc:  # a refused archive, a store that is down: said in words
+            reason = f"code bundle {code['bundle']}: {exc}"
+            log.warning("job %s: %s", request.job_id, reason)
+        with session_scope() as session:
+            transition(
+                session,
+                request.job_id,
+                JobState.FAILED,
+                from_states=LAUNCHED_STATES,
+                attempt=request.attempt,
+                reason="bundle_error",
+                message=reason,
+                failure_reason=reason,
+            )
+            release_node_share(session, request.job_id, request.attempt, request.node_rank)
+        return False
 
 
 def _free_port() -> int:

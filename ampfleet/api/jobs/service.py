@@ -27,16 +27,19 @@ from ampfleet.core.fleet import fits_fleet, job_request_of, matches
 from ampfleet.core.ids import new_id
 from ampfleet.core.lifecycle import record_event, transition
 from ampfleet.core.memory import job_rank_memory, memory_refusal
-from ampfleet.core.models import Job, JobEvent, Project
+from ampfleet.core.models import Bundle, Job, JobEvent, Project
 from ampfleet.core.recipes import UnknownRecipeError, get_recipe
 from ampfleet.core.settings import get_settings
-from ampfleet.core.spec import JobSpec, Precision, Priority
+from ampfleet.core.spec import CodeSpec, JobSpec, Precision, Priority
 from ampfleet.core.states import ACTIVE_STATES, WAITING_STATES, JobState
 from ampfleet.core.validation import describe_invalid, dotted
 
 
 def resolve(spec: JobSpec) -> dict[str, Any]:
-    """The spec with every default filled, hyperparameters validated by the recipe."""
+    """The spec with every default filled, hyperparameters validated by the recipe (a
+    bundled recipe's on the worker: the API never imports bundle code)."""
+    if spec.recipe is None:
+        return spec.model_dump(mode="json")
     try:
         recipe = get_recipe(spec.recipe)
     except UnknownRecipeError as exc:
@@ -51,6 +54,22 @@ def resolve(spec: JobSpec) -> dict[str, Any]:
     resolved = spec.model_dump(mode="json")
     resolved["hyperparameters"] = hyperparameters.model_dump(mode="json")
     return resolved
+
+
+def code_bundle(session: Session, project: str, code: CodeSpec) -> Bundle:
+    """The bundle a job's `code` names, in the job's project, where bundled code may run."""
+    if get_settings().sandbox != "none":
+        raise UnprocessableError.for_field(
+            "code",
+            "bundled code runs only inside the bubblewrap sandbox, which this server cannot "
+            "start yet; the operator may set AMPFLEET_SANDBOX=none to run it unconfined",
+        )
+    bundle = session.get(Bundle, code.bundle)
+    if bundle is None or bundle.project != project:
+        raise UnprocessableError.for_field(
+            "code.bundle", f"bundle {code.bundle} not found in project {project}"
+        )
+    return bundle
 
 
 def _hyperparameter_field(error: Mapping[str, Any]) -> str:
@@ -69,10 +88,11 @@ def admit(session: Session, spec: JobSpec, resolved: Mapping[str, Any]) -> None:
     refusal = fits_fleet(request, nodes)
     if refusal:
         raise UnprocessableError.for_field("resources", refusal)
-    need = job_rank_memory(resolved)
-    refusal = memory_refusal(need, (node for node in nodes if matches(request, node)))
-    if refusal:
-        raise UnprocessableError.for_field("hyperparameters", refusal)
+    if spec.recipe is not None:  # a bundled model's size is known only on the worker
+        need = job_rank_memory(resolved)
+        refusal = memory_refusal(need, (node for node in nodes if matches(request, node)))
+        if refusal:
+            raise UnprocessableError.for_field("hyperparameters", refusal)
     project = session.get(Project, spec.project)
     if project is not None and project.max_queued_jobs is not None:
         # Count and insert under the project's row lock, held until the submit commits:
@@ -109,12 +129,14 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
             existing.idempotency_key = None  # expired: the key is free for this request
             session.flush()
     resolved = resolve(spec)
+    if spec.code is not None:
+        resolved["code"]["sha256"] = code_bundle(session, spec.project, spec.code).sha256
     admit(session, spec, resolved)
     job = Job(
         id=new_id("job"),
         project=spec.project,
         name=spec.name,
-        recipe=spec.recipe,
+        recipe=spec.recipe or f"bundle:{spec.code.bundle if spec.code else ''}",
         spec=spec.model_dump(mode="json", exclude_unset=True),
         resolved=resolved,
         idempotency_key=idempotency_key,
@@ -146,7 +168,7 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
         if spec.resources.procs
         else f"{spec.resources.nodes}x{spec.resources.procs_per_node}"
     )
-    message = f"{spec.recipe} on {shape}"
+    message = f"{spec.recipe or (spec.code and spec.code.entrypoint)} on {shape}"
     session.add(
         JobEvent(
             job_id=job.id,

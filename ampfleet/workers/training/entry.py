@@ -26,6 +26,7 @@ import torch.distributed as dist
 from ampfleet.core.recipes import get_recipe
 from ampfleet.workers.rank_memory import out_of_memory
 from ampfleet.workers.rundir import RecordWriter, RunDir
+from ampfleet.workers.training.bundled import bundled_recipe
 from ampfleet.workers.training.export import RunSummary, export_run
 from ampfleet.workers.training.group import leave_process_group
 from ampfleet.workers.training.loop import LoopConfig, Trainer
@@ -77,7 +78,13 @@ def run(
     # Same seed for model init on every rank (DDP broadcasts rank 0's weights anyway);
     # offset by rank afterwards so dropout and augmentation differ per rank.
     seed_everything(spec["seed"])
-    recipe = get_recipe(spec["recipe"])
+    code = spec.get("code")
+    recipe = (
+        bundled_recipe(Path(job["code_dir"]), code["entrypoint"])
+        if code
+        else get_recipe(spec["recipe"])
+    )
+    # A bundled recipe's hyperparameters meet their model here first (the API never saw it).
     hyperparameters = recipe.hyperparameters.model_validate(spec["hyperparameters"])
     run_dir.output_dir.mkdir(parents=True, exist_ok=True)
     context = RecipeContext(

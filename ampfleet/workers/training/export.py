@@ -67,6 +67,14 @@ class ExportedFile:
     details: dict[str, Any]
 
 
+def recipe_label(spec: dict[str, Any]) -> str:
+    """What made the model: the registered recipe, or a bundle's entrypoint and content."""
+    code = spec.get("code")
+    if code:
+        return f"{code['entrypoint']} (bundle {code['bundle']}, sha256 {code['sha256']})"
+    return str(spec["recipe"])
+
+
 def export_run(
     run_dir: RunDir,
     job: dict[str, Any],
@@ -151,7 +159,7 @@ def build_manifest(
         "job_id": job["job_id"],
         "attempt": job["attempt"],
         "created_at": datetime.now(UTC).isoformat(),
-        "recipe": spec["recipe"],
+        "recipe": recipe_label(spec),
         "hyperparameters": spec["hyperparameters"],
         "spec": spec,
         "precision": {
@@ -208,7 +216,7 @@ def _weights(
     metadata = {
         "format": "pt",
         "job_id": job["job_id"],
-        "recipe": job["spec"]["recipe"],
+        "recipe": recipe_label(job["spec"]),
         "step": str(run.step),
         "dtype": dtype,
         **lineage,

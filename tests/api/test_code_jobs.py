@@ -1,0 +1,112 @@
+"""Submitting a job that runs bundled code: the API checks the bundle (the job's project's,
+where bundled code may run) and never imports it; everything else about it is the worker's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from tests.conftest import KeyFactory
+from tests.factories import job_spec
+from tests.support.archives import zip_of
+from tests.support.env import environment
+
+
+def keyed(app: FastAPI, key: str) -> TestClient:
+    return TestClient(
+        app, raise_server_exceptions=False, headers={"Authorization": f"Bearer {key}"}
+    )
+
+
+@pytest.fixture
+def unconfined(backend: str) -> Iterator[None]:
+    with environment({"AMPFLEET_SANDBOX": "none"}):
+        yield
+
+
+def code_spec(
+    bundle: str, entrypoint: str = "my_pkg.recipe:recipe", **extra: Any
+) -> dict[str, Any]:
+    spec = job_spec(project="alpha", code={"bundle": bundle, "entrypoint": entrypoint}, **extra)
+    del spec["recipe"]
+    return spec
+
+
+def uploaded(client: TestClient, files: dict[str, bytes]) -> dict[str, Any]:
+    response = client.post("/v1/bundles", content=zip_of(files))
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+def test_without_the_sandbox_bundled_code_is_refused_naming_the_setting(
+    app: FastAPI, make_key: KeyFactory
+) -> None:
+    with keyed(app, make_key("alpha", "write")) as writer:
+        bundle = uploaded(writer, {"my_pkg/recipe.py": b"x = 1"})
+        response = writer.post("/v1/jobs", json=code_spec(bundle["id"]))
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["details"][0]["field"] == "code"
+    assert "AMPFLEET_SANDBOX=none" in error["message"]
+
+
+def test_a_bundled_job_is_queued_with_the_bundle_s_content_and_its_hyperparameters_as_given(
+    unconfined: None, app: FastAPI, make_key: KeyFactory
+) -> None:
+    with keyed(app, make_key("alpha", "write")) as writer:
+        bundle = uploaded(writer, {"my_pkg/recipe.py": b"x = 1"})
+        spec = code_spec(bundle["id"], hyperparameters={"anything": [1, 2]})
+        response = writer.post("/v1/jobs", json=spec)
+        assert response.status_code == 202, response.text
+        job = writer.get(f"/v1/jobs/{response.json()['id']}").json()
+    assert job["state"] == "QUEUED"
+    assert job["spec"]["code"] == {
+        "bundle": bundle["id"],
+        "entrypoint": "my_pkg.recipe:recipe",
+        "sha256": bundle["sha256"],  # what the worker fetches: the bytes checked on upload
+    }
+    assert job["spec"]["hyperparameters"] == {"anything": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        ({"code": {"bundle": "bnd_" + "0" * 26, "entrypoint": "a:b"}}, "code.bundle", "not found"),
+        ({"code": {"bundle": "bnd_x", "entrypoint": "a:b"}}, "code.bundle", "pattern"),
+        ({"code": {"bundle": "bnd_" + "0" * 26, "entrypoint": "a/b.py"}}, "code.entrypoint", ""),
+        ({"recipe": "digits"}, "recipe", "either `recipe`"),
+        ({"code": None}, "recipe", "either `recipe`"),
+    ],
+)
+def test_bad_code_fields_are_422(
+    unconfined: None,
+    app: FastAPI,
+    make_key: KeyFactory,
+    change: dict[str, Any],
+    field: str,
+    words: str,
+) -> None:
+    spec = {**code_spec("bnd_" + "0" * 26), **change}
+    with keyed(app, make_key("alpha", "write")) as writer:
+        response = writer.post("/v1/jobs", json=spec)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["details"][0]["field"] == field, error
+    assert words in error["message"]
+
+
+def test_another_project_s_bundle_is_not_found(
+    unconfined: None, app: FastAPI, make_key: KeyFactory
+) -> None:
+    with keyed(app, make_key("beta", "write")) as other:
+        theirs = uploaded(other, {"my_pkg/recipe.py": b"x = 1"})
+    with keyed(app, make_key("alpha", "write")) as writer:
+        response = writer.post("/v1/jobs", json=code_spec(theirs["id"]))
+    assert response.status_code == 422
+    assert (
+        f"bundle {theirs['id']} not found in project alpha" in response.json()["error"]["message"]
+    )

@@ -1,0 +1,90 @@
+"""A job that runs the user's own recipe from an uploaded bundle, with real processes: the
+bundle is fetched and unpacked on the node, its entrypoint imported by the ranks, its output
+listed; a wrong entrypoint or wrong hyperparameters end FAILED with the reason. The sandbox
+is not there yet, so these fleets run bundled code with AMPFLEET_SANDBOX=none."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import FleetFactory
+from tests.factories import job_spec
+from tests.support.archives import zip_of
+from tests.support.fleet import Fleet
+
+pytestmark = pytest.mark.e2e
+
+RECIPE = b"""
+from ampfleet.core.recipes import RecipeDefinition
+from ampfleet.recipes.digits import DigitsHyperparameters, parameter_count
+
+
+class Hyperparameters(DigitsHyperparameters):
+    greeting: str = "hello from the bundle"
+
+
+def build(hp, ctx):
+    from ampfleet.workers.training.recipes.digits import build as digits
+
+    if ctx.rank == 0:
+        (ctx.output_dir / "greeting.txt").write_text(hp.greeting)
+    return digits(DigitsHyperparameters(**hp.model_dump(exclude={"greeting"})), ctx)
+
+
+recipe = RecipeDefinition(
+    name="my-digits",
+    description="digits, from a bundle",
+    hyperparameters=Hyperparameters,
+    build_path="my_pkg.recipe:build",
+    parameter_count=parameter_count,
+    metrics={"val_accuracy": "max"},
+)
+"""
+
+
+@pytest.fixture(params=["postgres+redis", "embedded"])
+def fleet(request: pytest.FixtureRequest, make_fleet: FleetFactory) -> Fleet:
+    return make_fleet(request.param, extra_env={"AMPFLEET_SANDBOX": "none"})
+
+
+def code_spec(bundle: str, entrypoint: str, **overrides: Any) -> dict[str, Any]:
+    spec = job_spec(code={"bundle": bundle, "entrypoint": entrypoint}, **overrides)
+    del spec["recipe"]
+    return spec
+
+
+def test_bundled_recipe_runs_and_bad_ones_fail_with_the_reason(fleet: Fleet) -> None:
+    body = zip_of({"my_pkg/__init__.py": b"", "my_pkg/recipe.py": RECIPE})
+    uploaded = fleet.http.post("/v1/bundles", content=body)
+    assert uploaded.status_code == 201, uploaded.text
+    bundle = uploaded.json()["id"]
+
+    good = fleet.submit(
+        code_spec(bundle, "my_pkg.recipe:recipe", hyperparameters={"greeting": "hi"})
+    )
+    missing = fleet.submit(
+        code_spec(bundle, "my_pkg.nothing:recipe", resources={"procs_per_node": 1})
+    )
+    wrong = fleet.submit(
+        code_spec(
+            bundle,
+            "my_pkg.recipe:recipe",
+            hyperparameters={"hidden": "wide"},
+            resources={"procs_per_node": 1},
+        )
+    )
+
+    done = fleet.wait_for_state(good["id"], {"SUCCEEDED"})
+    assert done["progress"]["step"] == 20
+    artifacts = fleet.http.get(f"/v1/jobs/{good['id']}/artifacts").json()["items"]
+    names = {a["name"]: a["download_url"] for a in artifacts}
+    assert "model.safetensors" in names
+    assert fleet.http.get(names["outputs/greeting.txt"]).text == "hi"
+
+    failed = fleet.wait_for_state(missing["id"], {"FAILED"}, timeout=120)
+    assert "no module my_pkg.nothing in the bundle" in failed["failure_reason"]
+    failed = fleet.wait_for_state(wrong["id"], {"FAILED"}, timeout=120)
+    assert "hidden" in failed["failure_reason"]
+    assert "ValidationError" in failed["failure_reason"]
