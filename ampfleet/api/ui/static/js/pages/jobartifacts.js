@@ -9,7 +9,7 @@
 // SubtleCrypto (https, or the local machine) the bytes are checked against the listed sha256
 // before they are saved.
 import { ApiError, api, fetchBlob } from "../api.js";
-import { bytes, clockTime, fill, h, num, syncRows } from "../dom.js";
+import { ageOf, bytes, fill, h, num, syncRows } from "../dom.js";
 
 const MANIFEST = "manifest.json";
 const SHA_SHOWN = 12; // hex digits in the table; the full digest is in the title
@@ -66,7 +66,7 @@ function manifestView(manifest) {
     h("dl", { class: "summary", id: "manifest-summary" },
       [["recipe", manifest.recipe], ["checkpoint step", String(manifest.checkpoint?.step ?? "—")],
         ["ranks", `${manifest.world_size} (${manifest.backend})`],
-        ["exported", clockTime(manifest.created_at)],
+        ["exported", `${ageOf(manifest.created_at)} ago`],
         ["versions", Object.entries(versions).map(([k, v]) => `${k} ${v}`).join(", ")]]
         .flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
       h("dt", {}, "precision"), h("dd", { id: "manifest-precision" }, lineageText(manifest.precision)),
