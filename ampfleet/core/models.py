@@ -120,6 +120,9 @@ class Project(Base):
     max_slots: Mapped[int | None] = mapped_column(Integer, comment="concurrent GPUs/slots")
     max_queued_jobs: Mapped[int | None] = mapped_column(Integer)
     max_running_jobs: Mapped[int | None] = mapped_column(Integer, comment="placed at once")
+    allow_custom_code: Mapped[bool | None] = mapped_column(
+        Boolean, comment="bundles may be uploaded and run; null: only in project 'default'"
+    )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

@@ -14,7 +14,13 @@ from fastapi.testclient import TestClient
 
 from ampfleet.core.artifacts import get_store, object_key
 from tests.conftest import KeyFactory
-from tests.support.archives import file_entry, special_entry, tar_gz_of, zip_of
+from tests.support.archives import (
+    allow_custom_code,
+    file_entry,
+    special_entry,
+    tar_gz_of,
+    zip_of,
+)
 from tests.support.env import environment
 
 RECIPE = b"from ampfleet.recipes import RecipeDefinition\n"
@@ -26,6 +32,11 @@ def keyed(app: FastAPI, key: str) -> TestClient:
     return TestClient(
         app, raise_server_exceptions=False, headers={"Authorization": f"Bearer {key}"}
     )
+
+
+@pytest.fixture(autouse=True)
+def custom_code_allowed(backend: str) -> None:
+    allow_custom_code("alpha", "beta")
 
 
 @pytest.fixture

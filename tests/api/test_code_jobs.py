@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import KeyFactory
 from tests.factories import job_spec
-from tests.support.archives import zip_of
+from tests.support.archives import allow_custom_code, zip_of
 from tests.support.env import environment
 
 
@@ -20,6 +20,11 @@ def keyed(app: FastAPI, key: str) -> TestClient:
     return TestClient(
         app, raise_server_exceptions=False, headers={"Authorization": f"Bearer {key}"}
     )
+
+
+@pytest.fixture(autouse=True)
+def custom_code_allowed(backend: str) -> None:
+    allow_custom_code("alpha", "beta")
 
 
 @pytest.fixture
@@ -110,3 +115,23 @@ def test_another_project_s_bundle_is_not_found(
     assert (
         f"bundle {theirs['id']} not found in project alpha" in response.json()["error"]["message"]
     )
+
+
+def test_only_projects_that_allow_custom_code_may_upload_or_run_it(
+    unconfined: None, app: FastAPI, make_key: KeyFactory, client: TestClient
+) -> None:
+    with keyed(app, make_key("alpha", "write")) as writer:
+        bundle = uploaded(writer, {"my_pkg/recipe.py": b"x = 1"})
+    policy = {"weight": 1.0, "allow_custom_code": False}
+    assert client.put("/v1/projects/alpha", json=policy).json()["allow_custom_code"] is False
+    with keyed(app, make_key("alpha", "write")) as writer:
+        refused_upload = writer.post("/v1/bundles", content=zip_of({"b.py": b""}))
+        refused_submit = writer.post("/v1/jobs", json=code_spec(bundle["id"]))
+    for response in (refused_upload, refused_submit):
+        assert response.status_code == 403, response.text
+        assert "project alpha does not allow custom code" in response.json()["error"]["message"]
+    # A project nobody configured: only the default project allows it.
+    with keyed(app, make_key("gamma", "write")) as stranger:
+        assert stranger.post("/v1/bundles", content=zip_of({"b.py": b""})).status_code == 403
+    assert client.get("/v1/projects/gamma").json()["allow_custom_code"] is None
+    assert client.post("/v1/bundles", content=zip_of({"b.py": b""})).status_code == 201

@@ -53,7 +53,7 @@ async def upload(
     project: Annotated[SafeName | None, Query(description="Default: the key's.")] = None,
 ) -> BundleDetail:
     target = project or principal.project
-    principal.check_can_write(target)  # before a byte of the body is read
+    await run_in_threadpool(service.check_may_upload, session, principal, target)
     with tempfile.NamedTemporaryFile(dir=service.spool_folder(), suffix=".part") as out:
         spooled = await service.spool(request, out, Path(out.name))
         bundle, created = await run_in_threadpool(service.create, session, target, spooled)

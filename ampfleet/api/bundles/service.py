@@ -19,7 +19,7 @@ from fastapi import Request
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ampfleet.api.auth import Principal
+from ampfleet.api.auth import ForbiddenError, Principal
 from ampfleet.api.bundles import repository
 from ampfleet.api.bundles.schemas import BundleDetail, BundleList, BundleOut
 from ampfleet.api.errors import (
@@ -31,6 +31,7 @@ from ampfleet.api.errors import (
 from ampfleet.core.archives import ArchiveLimits, ArchiveRefusedError, inspect_archive
 from ampfleet.core.artifacts import get_store, object_key
 from ampfleet.core.artifacts.catalog import unreferenced
+from ampfleet.core.custom_code import custom_code_allowed, custom_code_refusal
 from ampfleet.core.db import session_scope
 from ampfleet.core.ids import new_id
 from ampfleet.core.models import Bundle
@@ -44,6 +45,13 @@ class Spooled:
     path: Path
     size: int
     sha256: str
+
+
+def check_may_upload(session: Session, principal: Principal, project: str) -> None:
+    """Before a byte of the body is read: a write key of a project that allows custom code."""
+    principal.check_can_write(project)
+    if not custom_code_allowed(session, project):
+        raise ForbiddenError(custom_code_refusal(project))
 
 
 def too_large() -> PayloadTooLargeError:

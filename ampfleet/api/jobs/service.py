@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ampfleet.api.auth import Principal
+from ampfleet.api.auth import ForbiddenError, Principal
 from ampfleet.api.errors import (
     ConflictError,
     ErrorDetail,
@@ -23,6 +23,7 @@ from ampfleet.api.errors import (
 from ampfleet.api.jobs import idempotency, repository
 from ampfleet.api.jobs.schemas import JobOut, PrecisionSetting, Progress, QueueInfo, Volume
 from ampfleet.core import webhooks
+from ampfleet.core.custom_code import custom_code_allowed, custom_code_refusal
 from ampfleet.core.fleet import fits_fleet, job_request_of, matches
 from ampfleet.core.ids import new_id
 from ampfleet.core.lifecycle import record_event, transition
@@ -64,6 +65,8 @@ def code_bundle(session: Session, project: str, code: CodeSpec) -> Bundle:
             "bundled code runs only inside the bubblewrap sandbox, which this server cannot "
             "start yet; the operator may set AMPFLEET_SANDBOX=none to run it unconfined",
         )
+    if not custom_code_allowed(session, project):
+        raise ForbiddenError(custom_code_refusal(project))
     bundle = session.get(Bundle, code.bundle)
     if bundle is None or bundle.project != project:
         raise UnprocessableError.for_field(

@@ -30,6 +30,7 @@ def _out(session: Session, name: str, usage: dict[str, float]) -> ProjectOut:
             max_slots=project.max_slots,
             max_queued_jobs=project.max_queued_jobs,
             max_running_jobs=project.max_running_jobs,
+            allow_custom_code=project.allow_custom_code,
         )
         if project
         else ProjectPolicyIn()
@@ -94,6 +95,7 @@ def put_project(
     project.max_slots = policy.max_slots
     project.max_queued_jobs = policy.max_queued_jobs
     project.max_running_jobs = policy.max_running_jobs
+    project.allow_custom_code = policy.allow_custom_code
     session.flush()
     out = _out(session, name, _usage(session))
     session.commit()

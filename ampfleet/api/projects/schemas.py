@@ -18,6 +18,11 @@ class ProjectPolicyIn(BaseModel):
     max_running_jobs: int | None = Field(
         None, ge=0, le=MAX_INT, description="Jobs placed (scheduled or running) at once."
     )
+    allow_custom_code: bool | None = Field(
+        None,
+        description="Its write keys may upload and run code bundles; null: the default, "
+        "allowed in project 'default' only.",
+    )
 
 
 class ProjectOut(ProjectPolicyIn):
