@@ -101,6 +101,7 @@ def main() -> None:
             "AMPFLEET_DATA_DIR": tmp,
             "AMPFLEET_RATE_LIMIT_PER_S": "1000000",
             "AMPFLEET_RATE_LIMIT_BURST": "1000000",
+            "AMPFLEET_MAX_REQUESTS_IN_FLIGHT_PER_KEY": "1000000",  # one key, 32 clients
             "AMPFLEET_LOG_LEVEL": "WARNING",
         }
         subprocess.run(

@@ -1,16 +1,25 @@
-"""One key's load against a real API process on loopback: 200 live streams and 100
-simultaneous requests. Another tenant's GET keeps being answered, within BOUND_S, and no
-request answers 500 (the database pool once starved: 500s after 30 s, for every tenant)."""
+"""One key's load against a real API process on loopback: 200 live streams opened at once
+and 100 clients sending requests back to back. Another tenant's GETs, sent meanwhile from a
+process of their own, are all answered within BOUND_S, and no request answers 500 (the
+database pool once starved: 500s after 30 s, for every tenant).
+
+The other tenant runs in its own process so that its timings are the server's: sent from the
+event loop that also drives the load, they measured mostly that loop (up to 11 s for a GET
+the server answered in 0.3 s)."""
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
+import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Event
 from pathlib import Path
 
 import httpx
@@ -23,13 +32,17 @@ from tests.support.fleet import free_port
 pytestmark = pytest.mark.slow
 
 STREAMS = 200
-REQUESTS = 100
-OTHER_GETS = 20
-# The other tenant's slowest GET. Measured 11.3-11.6 s on 2 shared cores at a load average
-# of 13 (PostgreSQL and SQLite alike): one GET waits while the burst drains the threadpool.
-# Before the fix: 25.7 s, or a 500.
-BOUND_S = 15.0
+CLIENTS = 100
+MOST_REQUESTS_PER_CLIENT = 200
+OTHER_GETS = 30
+IN_FLIGHT_PER_KEY = 8  # AMPFLEET_MAX_REQUESTS_IN_FLIGHT_PER_KEY's default
+STREAMS_PER_KEY = 20  # AMPFLEET_MAX_STREAMS_PER_KEY's default
+# The other tenant's slowest GET: 0.3-0.5 s measured on 2 shared cores at a load average of
+# 20 (BENCHMARKS.md, "One key's burst and another tenant"); the margin is for that machine.
+# Measured from the load's own event loop, as this test first did: 11 s.
+BOUND_S = 3.0
 START_TIMEOUT_S = 60.0
+LOAD_TIMEOUT_S = 300.0
 
 
 @contextmanager
@@ -102,14 +115,55 @@ async def open_stream(http: httpx.AsyncClient, path: str, key: str, hold: asynci
         return response.status_code
 
 
-async def timed_get(http: httpx.AsyncClient, path: str, key: str) -> tuple[int, float]:
-    started = time.perf_counter()
-    response = await http.get(path, headers={"Authorization": f"Bearer {key}"})
-    return response.status_code, time.perf_counter() - started
+async def keep_sending(
+    http: httpx.AsyncClient, paths: list[str], key: str, load: Load
+) -> list[tuple[int, str | None]]:
+    """One impatient client: requests back to back, 429 or not, until the load is over."""
+    answers = []
+    for number in range(MOST_REQUESTS_PER_CLIENT):
+        if load.over.is_set():
+            break
+        response = await http.get(
+            paths[number % len(paths)], headers={"Authorization": f"Bearer {key}"}
+        )
+        answers.append((response.status_code, response.headers.get("Retry-After")))
+        if number == 0:
+            load.one_more_client_sending()
+    return answers
 
 
-async def load(base_url: str, admin: str) -> dict[str, list]:
-    limits = httpx.Limits(max_connections=STREAMS + REQUESTS + 10)
+class Load:
+    """Whether every client is sending (so the other tenant starts under the whole load),
+    and whether the load is over."""
+
+    def __init__(self) -> None:
+        self.sending = 0
+        self.all_sending = asyncio.Event()
+        self.over = asyncio.Event()
+
+    def one_more_client_sending(self) -> None:
+        self.sending += 1
+        if self.sending == CLIENTS:
+            self.all_sending.set()
+
+
+def other_tenant(base_url: str, key: str, ready: Event, go: Event, results: Queue) -> None:
+    """In a process of its own: OTHER_GETS GETs one after another, once told to go."""
+    timings = []
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        http.get("/healthz")  # connected before the load starts
+        ready.set()
+        if not go.wait(LOAD_TIMEOUT_S):
+            return
+        for _ in range(OTHER_GETS):
+            started = time.perf_counter()
+            response = http.get("/v1/jobs", headers={"Authorization": f"Bearer {key}"})
+            timings.append((response.status_code, time.perf_counter() - started))
+    results.put(timings)
+
+
+async def run_load(base_url: str, admin: str) -> dict[str, list]:
+    limits = httpx.Limits(max_connections=STREAMS + CLIENTS + 10)
     async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as http:
         admin_headers = {"Authorization": f"Bearer {admin}"}
         keys = []
@@ -122,36 +176,55 @@ async def load(base_url: str, admin: str) -> dict[str, list]:
         submitted = await http.post(
             "/v1/jobs", json=job_spec(), headers={"Authorization": f"Bearer {heavy}"}
         )
+        assert submitted.status_code == 202, submitted.text
         job_path = f"/v1/jobs/{submitted.json()['id']}"
-        hold = asyncio.Event()
-        streams = [
-            asyncio.create_task(open_stream(http, f"{job_path}/events", heavy, hold))
-            for _ in range(STREAMS)
-        ]
-        requests = [
-            asyncio.create_task(timed_get(http, path, heavy))
-            for path in [job_path, "/v1/jobs", f"{job_path}/events", "/v1/queue"] * (REQUESTS // 4)
-        ]
-        others = []
-        for _ in range(OTHER_GETS):  # one after another, while the load goes on
-            others.append(await timed_get(http, "/v1/jobs", other))
-        request_codes = [code for code, _ in await asyncio.gather(*requests)]
-        hold.set()
-        stream_codes = await asyncio.gather(*streams)
-    return {"streams": stream_codes, "requests": request_codes, "others": others}
+        context = multiprocessing.get_context("spawn")
+        ready, go, results = context.Event(), context.Event(), context.Queue()
+        process = context.Process(target=other_tenant, args=(base_url, other, ready, go, results))
+        process.start()
+        try:
+            assert await asyncio.to_thread(ready.wait, START_TIMEOUT_S)
+            hold, load = asyncio.Event(), Load()
+            streams = [
+                asyncio.create_task(open_stream(http, f"{job_path}/events", heavy, hold))
+                for _ in range(STREAMS)
+            ]
+            paths = [job_path, "/v1/jobs", f"{job_path}/events", "/v1/queue"]
+            clients = [
+                asyncio.create_task(
+                    keep_sending(http, paths[n % 4 :] + paths[: n % 4], heavy, load)
+                )
+                for n in range(CLIENTS)
+            ]
+            await load.all_sending.wait()
+            go.set()
+            others = await asyncio.to_thread(results.get, timeout=LOAD_TIMEOUT_S)
+            load.over.set()
+            answers = [answer for client in await asyncio.gather(*clients) for answer in client]
+            hold.set()
+            stream_codes = await asyncio.gather(*streams)
+        finally:
+            process.join(timeout=START_TIMEOUT_S)
+            if process.is_alive():
+                process.kill()
+    return {"streams": stream_codes, "requests": answers, "others": others}
 
 
 def test_one_keys_load_leaves_another_tenant_served(api: tuple[str, str]) -> None:
     base_url, admin = api
-    outcome = asyncio.run(asyncio.wait_for(load(base_url, admin), timeout=300))
+    outcome = asyncio.run(asyncio.wait_for(run_load(base_url, admin), timeout=LOAD_TIMEOUT_S))
     streams, requests, others = outcome["streams"], outcome["requests"], outcome["others"]
+    seconds = [elapsed for _, elapsed in others]
+    codes = [code for code, _ in requests]
     print(
-        f"streams: {streams.count(200)} open, {streams.count(429)} refused; "
-        f"requests: {sorted(set(requests))}; other tenant's slowest GET "
-        f"{max(s for _, s in others):.3f} s; all: {[round(s, 2) for _, s in others]}"
+        f"streams: {streams.count(200)} open, {streams.count(429)} refused; requests: "
+        f"{ {code: codes.count(code) for code in sorted(set(codes))} }; other tenant's GETs: "
+        f"max {max(seconds):.3f} s, p50 {statistics.median(seconds):.3f} s"
     )
     assert set(streams) <= {200, 429}, streams
-    assert streams.count(200) == 20  # AMPFLEET_MAX_STREAMS_PER_KEY's default
-    assert set(requests) <= {200, 503}, requests
+    assert 1 <= streams.count(200) <= STREAMS_PER_KEY
+    assert set(codes) <= {200, 429, 503}, requests
+    assert codes.count(200) >= IN_FLIGHT_PER_KEY  # refused past the cap, not refused all
+    assert all(int(retry_after) >= 1 for code, retry_after in requests if code == 429)
     assert [code for code, _ in others] == [200] * OTHER_GETS
-    assert max(seconds for _, seconds in others) < BOUND_S
+    assert max(seconds) < BOUND_S
