@@ -404,3 +404,6 @@ def register(app: typer.Typer) -> None:
     from ampfleet import cli_artifacts  # here: it builds on this module's helpers
 
     cli_artifacts.register(app)
+    from ampfleet import cli_recipes
+
+    cli_recipes.register(app)

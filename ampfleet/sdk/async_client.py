@@ -23,7 +23,7 @@ import httpx
 
 from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
-from ampfleet.sdk import downloads, models
+from ampfleet.sdk import downloads, models, recipes
 from ampfleet.sdk.base import ClientBase
 from ampfleet.sdk.flows import SpecInput, States
 from ampfleet.sdk.protocol import (
@@ -216,6 +216,12 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         return await self._run(
             downloads.download_checkpoint(self._ops, job_id, step, Path(to), progress)
         )
+
+    async def recipes(self) -> list[models.Recipe]:
+        return await self._run(recipes.list_recipes(self._ops))
+
+    async def recipe(self, name: str) -> models.Recipe:
+        return await self._run(recipes.get_recipe(self._ops, name))
 
     # Last: below it, `list` would name this method in annotations.
     def list(

@@ -22,7 +22,7 @@ import httpx
 
 from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
-from ampfleet.sdk import downloads, models
+from ampfleet.sdk import downloads, models, recipes
 from ampfleet.sdk.base import ClientBase
 from ampfleet.sdk.flows import SpecInput, States
 from ampfleet.sdk.protocol import (
@@ -227,6 +227,16 @@ class Client(ClientBase[httpx.Client]):
     ) -> Path:
         """Downloads the checkpoint at `step` as `to/checkpoint-<step>.tar`, like `download`."""
         return self._run(downloads.download_checkpoint(self._ops, job_id, step, Path(to), progress))
+
+    # -- what the fleet offers ----------------------------------------------------------------
+
+    def recipes(self) -> list[models.Recipe]:
+        """The installed recipes, by name, each with its hyperparameters' JSON Schema."""
+        return self._run(recipes.list_recipes(self._ops))
+
+    def recipe(self, name: str) -> models.Recipe:
+        """One installed recipe; NotFound if it is not installed."""
+        return self._run(recipes.get_recipe(self._ops, name))
 
     # Last: below it, `list` would name this method in annotations.
     def list(

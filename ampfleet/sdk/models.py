@@ -267,3 +267,15 @@ JobFrame = Annotated[
     Field(discriminator="kind"),
 ]
 job_frame_adapter: TypeAdapter[JobFrame] = TypeAdapter(JobFrame)
+
+
+class Recipe(ApiModel):
+    """An installed recipe: what a spec's `recipe` names, and the JSON Schema of the
+    hyperparameters it accepts (`hyperparameters["properties"]`: type, default, bounds)."""
+
+    name: str
+    description: str
+    hyperparameters: dict[str, Any]
+    metrics: dict[str, str] = Field(default_factory=dict)
+    default_parameters: int
+    default_rank_memory_mb: int

@@ -20,6 +20,7 @@ CLIENT_COMMANDS = [
     "keys",
     "artifacts",
     "download",
+    "recipes",
 ]
 
 # In a fresh interpreter: the help of one command, then its arguments parsed as a run would
