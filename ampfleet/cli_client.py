@@ -321,6 +321,29 @@ def metrics(
         console.print(f"wrote {plot}")
 
 
+def diagnose(job_id: JobId, url: Url = None, key: Key = None) -> None:
+    """Why the job's accelerators idle: where its steps' time goes, and what to change."""
+    with _client(url, key) as client:
+        diagnosis = client.diagnosis(job_id)
+    console = _stdout()
+    breakdown = diagnosis.breakdown
+    if not breakdown.steps:
+        console.print(f"{job_id} has reported no steps yet: nothing to diagnose")
+        return
+    shares = ", ".join(f"{name} {share:.0%}" for name, share in breakdown.shares.items())
+    mfu = f", MFU {breakdown.mfu:.1%}" if breakdown.mfu is not None else ""
+    console.print(
+        f"last {breakdown.steps} steps to step {breakdown.to_step}: "
+        f"{_number(breakdown.step_time_s, '.3f')} s per step ({shares}){mfu}"
+    )
+    if not diagnosis.findings:
+        console.print("no findings: nothing keeps the devices waiting")
+    for finding in diagnosis.findings:
+        console.print(f"[{finding.severity}] {finding.title}", markup=False)
+        console.print(f"  {finding.evidence}", markup=False)
+        console.print(f"  -> {finding.advice}", markup=False)
+
+
 def _save_png(series: list[MetricSeries], path: Path, title: str) -> None:
     try:
         cli_plot.png_chart(series, path, title)
@@ -398,6 +421,7 @@ def register(app: typer.Typer) -> None:
         (logs, "logs"),
         (cancel, "cancel"),
         (metrics, "metrics"),
+        (diagnose, "diagnose"),
     ):
         app.command(name, rich_help_panel=PANEL)(command)
     app.add_typer(keys_app, name="keys", rich_help_panel=PANEL)

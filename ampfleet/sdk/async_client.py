@@ -181,6 +181,9 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     ) -> models.JobMetrics:
         return await self._run(self._ops.metrics(job_id, names, max_points))
 
+    async def diagnosis(self, job_id: str) -> models.Diagnosis:
+        return await self._run(self._ops.diagnosis(job_id))
+
     def logs(
         self, job_id: str, rank: int | None = None, tail: int | None = None, follow: bool = False
     ) -> AsyncIterator[models.LogLine]:

@@ -184,6 +184,10 @@ class Client(ClientBase[httpx.Client]):
         """
         return self._run(self._ops.metrics(job_id, names, max_points))
 
+    def diagnosis(self, job_id: str) -> models.Diagnosis:
+        """Why the job's accelerators idle: its latest steps' breakdown, and findings."""
+        return self._run(self._ops.diagnosis(job_id))
+
     def logs(
         self, job_id: str, rank: int | None = None, tail: int | None = None, follow: bool = False
     ) -> Iterator[models.LogLine]:

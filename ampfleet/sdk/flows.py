@@ -27,6 +27,7 @@ from ampfleet.sdk.errors import (
 )
 from ampfleet.sdk.models import (
     CreatedKey,
+    Diagnosis,
     Event,
     EventPage,
     Job,
@@ -199,6 +200,10 @@ class Operations:
         params = query(names=wanted, max_points=max_points)
         response = yield from self.send(Request("GET", _job(job_id, "/metrics"), params))
         return JobMetrics.model_validate_json(response.content)
+
+    def diagnosis(self, job_id: str) -> Flow[Diagnosis]:
+        response = yield from self.send(Request("GET", _job(job_id, "/diagnosis")))
+        return Diagnosis.model_validate_json(response.content)
 
     def logs(
         self, job_id: str, rank: int | None, tail: int | None, follow: bool

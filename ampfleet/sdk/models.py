@@ -145,6 +145,33 @@ class MetricSeries(ApiModel):
         return [p.value for p in self.points]
 
 
+class Finding(ApiModel):
+    rule: str
+    severity: str
+    title: str
+    evidence: str
+    advice: str
+
+
+class StepBreakdown(ApiModel):
+    steps: int
+    to_step: int
+    step_time_s: float | None = None
+    shares: dict[str, float] = Field(default_factory=dict)
+    mfu: float | None = None
+    cpu_percent_by_rank: dict[int, float] = Field(default_factory=dict)
+
+
+class Diagnosis(ApiModel):
+    """Why a job's accelerators idle: its latest steps' breakdown and the findings on it,
+    most severe first."""
+
+    job_id: str
+    state: str
+    breakdown: StepBreakdown
+    findings: list[Finding] = Field(default_factory=list)
+
+
 class JobMetrics(ApiModel):
     """A job's metric series, and `last_metric_id`: the newest point they cover, where a
     live stream can take over (`stream_cursor`) without sending these points again."""

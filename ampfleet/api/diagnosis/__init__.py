@@ -1,0 +1,1 @@
+"""GET /v1/jobs/{id}/diagnosis: why a job's accelerators idle, from its step breakdown."""
