@@ -219,18 +219,24 @@ def test_a_killed_scheduler_is_replaced_without_double_placement(make_fleet) -> 
 
 
 CHECKPOINT_WRITER = """
-import sys, time, torch
+import sys, torch, torch.distributed as dist
 from pathlib import Path
 from ampfleet.workers.training import checkpoint
 directory = Path(sys.argv[1])
-checkpoint.save(directory, 1, {"weights": torch.ones(4)}, rank=0, keep_last=5)
+dist.init_process_group("gloo", init_method=f"file://{directory}.init", rank=0, world_size=1)
+manager = checkpoint.CheckpointManager(directory, rank=0, keep_last=5)
+manager.save(1, {"weights": torch.ones(4)}, {})
+manager.wait()
 print("first", flush=True)
-checkpoint.save(directory, 2, {"weights": torch.zeros(150_000_000)}, rank=0, keep_last=5)
+manager.save(2, {"weights": torch.zeros(150_000_000)}, {})
+manager.wait()
 print("second", flush=True)
 """
 
 
 def test_a_crash_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path: Path) -> None:
+    import torch
+
     from ampfleet.workers.training import checkpoint
 
     writer = subprocess.Popen(
@@ -239,11 +245,15 @@ def test_a_crash_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path: Pat
     assert writer.stdout is not None
     assert writer.stdout.readline().strip() == "first"
     deadline = time.monotonic() + 60
-    while not list(tmp_path.glob(".ckpt-000000002.pt.tmp")) and time.monotonic() < deadline:
+    while not list(tmp_path.glob(".ckpt-000000002.partial/*.distcp")):
+        assert time.monotonic() < deadline, "the second checkpoint was never being written"
         time.sleep(0.005)
     writer.kill()  # mid-write of the second checkpoint
     writer.wait()
     assert checkpoint.steps_available(tmp_path) == [1]
-    state = checkpoint.load(checkpoint.latest(tmp_path))  # type: ignore[arg-type]
-    assert state["step"] == 1
+    latest = checkpoint.latest(tmp_path)
+    assert latest is not None
+    assert checkpoint.read_meta(latest)["step"] == 1
+    state = {"weights": torch.empty(4)}
+    checkpoint.load(latest, state)  # DCP without a process group: one reader
     assert state["weights"].tolist() == [1.0] * 4

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
 from ampfleet.workers.ingest import AttemptFeed
 from ampfleet.workers.rundir import RecordReader, RecordWriter, RunDir
@@ -60,30 +64,58 @@ def test_writer_flushes_on_close(tmp_path: Path) -> None:
     assert RecordReader(path).read_new()[0]["values"] == {"loss": 1.0}
 
 
-def test_checkpoints_are_atomic_pruned_and_weights_only(tmp_path: Path) -> None:
+@pytest.fixture
+def one_rank(tmp_path: Path) -> Iterator[None]:
+    """A one-rank gloo process group: DCP saves and loads collectively."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _saved(manager: checkpoint.CheckpointManager, step: int, model: torch.nn.Module) -> None:
+    manager.save(step, {"model": model.state_dict()}, {"setup": {"world_size": 1}})
+    manager.wait()
+
+
+def test_checkpoints_are_atomic_pruned_and_reload(tmp_path: Path, one_rank: None) -> None:
     model = torch.nn.Linear(3, 2)
+    published: list[int] = []
+    manager = checkpoint.CheckpointManager(
+        tmp_path / "ckpt",
+        rank=0,
+        keep_last=2,
+        on_published=lambda _p, step, _m: published.append(step),
+    )
     for step in (10, 20, 30):
-        checkpoint.save(
-            tmp_path, step, {"model": model.state_dict(), "setup": {}}, rank=0, keep_last=2
-        )
-    assert checkpoint.steps_available(tmp_path) == [20, 30]
-    assert not list(tmp_path.glob(".*.tmp"))
-    state = checkpoint.load(checkpoint.latest(tmp_path))  # type: ignore[arg-type]
-    assert state["step"] == 30
+        _saved(manager, step, model)
+    manager.close()
+    assert published == [10, 20, 30]
+    assert checkpoint.steps_available(tmp_path / "ckpt") == [20, 30]
+    assert not list((tmp_path / "ckpt").glob(".*"))
+    latest = checkpoint.latest(tmp_path / "ckpt")
+    assert latest is not None
+    assert checkpoint.read_meta(latest)["step"] == 30
+    fresh = torch.nn.Linear(3, 2)
+    state = {"model": fresh.state_dict()}
+    checkpoint.load(latest, state)
     assert torch.equal(state["model"]["weight"], model.weight)
 
 
-def test_a_crash_mid_write_leaves_the_previous_checkpoint(tmp_path: Path, monkeypatch) -> None:
-    checkpoint.save(tmp_path, 1, {"value": torch.ones(2)}, rank=0, keep_last=3)
+def test_a_failed_write_leaves_the_previous_checkpoint(tmp_path: Path, one_rank: None) -> None:
+    model = torch.nn.Linear(3, 2)
 
-    def crash(*_args, **_kwargs):
-        raise OSError("disk vanished")
+    class FailingWriter(FileSystemWriter):
+        def write_data(self, plan, planner):  # type: ignore[no-untyped-def]
+            raise OSError("disk vanished")
 
-    monkeypatch.setattr(torch, "save", crash)
-    with pytest.raises(OSError, match="disk vanished"):
-        checkpoint.save(tmp_path, 2, {"value": torch.zeros(2)}, rank=0, keep_last=3)
+    manager = checkpoint.CheckpointManager(tmp_path, rank=0, keep_last=3)
+    _saved(manager, 1, model)
+    manager.storage_writer = FailingWriter
+    with pytest.raises(CheckpointException):  # carries each rank's OSError
+        _saved(manager, 2, model)
     assert checkpoint.steps_available(tmp_path) == [1]
-    assert torch.equal(checkpoint.load(checkpoint.latest(tmp_path))["value"], torch.ones(2))  # type: ignore[arg-type]
+    checkpoint.CheckpointManager(tmp_path, rank=0, keep_last=3)  # the next attempt
+    assert not list(tmp_path.glob(".ckpt-*"))  # cleaned the partial folder
 
 
 class Evil:
@@ -91,7 +123,6 @@ class Evil:
 
 
 def test_pickled_objects_are_refused(tmp_path: Path) -> None:
-    path = tmp_path / "ckpt-000000001.pt"
-    torch.save({"format": 1, "step": 1, "evil": Evil()}, path)
+    torch.save({"torch": torch.get_rng_state(), "evil": Evil()}, checkpoint.rng_path(tmp_path, 0))
     with pytest.raises(Exception, match=r"[Ww]eights only"):
-        checkpoint.load(path)
+        checkpoint.restore_rng(tmp_path, 0)

@@ -118,6 +118,8 @@ class CheckpointManager:
         self.on_published = on_published
         self.storage_writer = storage_writer
         self._pending: tuple[int, Future[Any], dict[str, Any]] | None = None
+        self.last_step: int | None = None
+        """The step of the latest save started here."""
         self._group: dist.ProcessGroup | None = None
         if rank == 0:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -147,6 +149,7 @@ class CheckpointManager:
         )
         assert isinstance(future, Future)  # no custom stager: always a plain future
         self._pending = (step, future, meta)
+        self.last_step = step
 
     def poll(self) -> None:
         """Publishes the save in flight if it is finished; never waits."""

@@ -235,14 +235,14 @@ class Trainer:
             self._after_step()
             if self.step % STOP_CHECK_EVERY == 0 and self._stop_agreed():
                 # Preempted: leave a checkpoint at this exact step and exit cleanly.
-                self._save()
+                self._save_unless_saved()
                 self.checkpoints.wait()
                 self.preempted = True
                 self._record("preempted", step=self.step)
                 return last
         final = self.evaluate()
         self._record("metrics", step=self.step, values=final)
-        self._save()
+        self._save_unless_saved()
         return {**last, **final}
 
     def step_once(self) -> dict[str, float]:
@@ -314,16 +314,22 @@ class Trainer:
     ) -> dict[str, float]:
         cfg, task = self.cfg, self.task
         # One collective for the loss and every rank's peak memory (its own slot).
+        # One collective for the loss, every rank's peak memory and its compute time
+        # (a rank that computes longer makes every other wait in each collective).
         peaks = torch.zeros(cfg.world_size, device=self.device)
         peaks[cfg.rank] = peak_memory_bytes(self.device) / MB
-        reported = torch.cat([loss_sum.reshape(1), peaks])
+        busy = torch.zeros(cfg.world_size, device=self.device)
+        busy[cfg.rank] = sum(timer.seconds.get(p, 0.0) for p in ("forward", "backward", "optimizer"))
+        reported = torch.cat([loss_sum.reshape(1), peaks, busy])
         dist.all_reduce(reported)
-        loss_sum, peaks = reported[0], reported[1:]
+        loss_sum = reported[0]
+        peaks, busy = reported[1:].split(cfg.world_size)
         step_time = time.perf_counter() - started
         metrics = {
             "loss": loss_sum.item() / cfg.world_size,
             "peak_memory_mb": float(peaks.max()),
             **{f"peak_memory_mb_rank{r}": float(mb) for r, mb in enumerate(peaks.tolist())},
+            **{f"compute_s_rank{r}": float(s) for r, s in enumerate(busy.tolist())},
             "learning_rate": lr,
             "grad_norm": grad_norm,
             "step_time_s": step_time,
@@ -508,6 +514,12 @@ class Trainer:
             },
         }
         self.checkpoints.save(self.step, {"model": model_state, "optimizer": optimizer_state}, meta)
+
+    def _save_unless_saved(self) -> None:
+        # The same step twice would have rank 0 publish the first save's folder while the
+        # others write the second into it; nothing changed since, so it is already saved.
+        if self.checkpoints.last_step != self.step:
+            self._save()
 
     def _published(self, path: Path, step: int, meta: dict[str, Any]) -> None:
         """Rank 0, once a checkpoint is complete: the agent uploads its files."""

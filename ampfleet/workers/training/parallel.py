@@ -199,9 +199,15 @@ class GuardedReduceScatter(DefaultAllocMixin, ReduceScatter):
             reference = torch.empty(
                 output_tensor.shape, dtype=torch.float32, device=output_tensor.device
             )
-            dist.reduce_scatter_tensor(reference, input_tensor.float(), op=op, group=group)
-        work = dist.reduce_scatter_tensor(
-            output_tensor, input_tensor, op=op, group=group, async_op=async_op and not checking
+            dist.reduce_scatter_single(
+                output=reference, input=input_tensor.float(), op=op, group=group
+            )
+        work = dist.reduce_scatter_single(
+            output=output_tensor,
+            input=input_tensor,
+            op=op,
+            group=group,
+            async_op=async_op and not checking,
         )
         if reference is not None:
             squares = torch.stack(
