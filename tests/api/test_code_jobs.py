@@ -135,3 +135,16 @@ def test_only_projects_that_allow_custom_code_may_upload_or_run_it(
         assert stranger.post("/v1/bundles", content=zip_of({"b.py": b""})).status_code == 403
     assert client.get("/v1/projects/gamma").json()["allow_custom_code"] is None
     assert client.post("/v1/bundles", content=zip_of({"b.py": b""})).status_code == 201
+
+
+def test_a_bundle_in_use_by_an_unfinished_job_is_not_deleted(
+    unconfined: None, app: FastAPI, make_key: KeyFactory
+) -> None:
+    with keyed(app, make_key("alpha", "write")) as writer:
+        bundle = uploaded(writer, {"my_pkg/recipe.py": b"x = 1"})
+        job = writer.post("/v1/jobs", json=code_spec(bundle["id"])).json()
+        refused = writer.delete(f"/v1/bundles/{bundle['id']}")
+        assert refused.status_code == 409
+        assert job["id"] in refused.json()["error"]["message"]
+        assert writer.post(f"/v1/jobs/{job['id']}/cancel").status_code in (200, 202)
+        assert writer.delete(f"/v1/bundles/{bundle['id']}").status_code == 204

@@ -93,7 +93,7 @@ def get_bundle(bundle_id: str, session: SessionDep, principal: CurrentPrincipal)
     "/{bundle_id}",
     status_code=status.HTTP_204_NO_CONTENT,
     operation_id="deleteBundle",
-    responses=responses(401, 403, 404),
+    responses=responses(401, 403, 404, 409),
     summary="Delete a bundle; its bytes go once nothing else names them",
 )
 def delete_bundle(

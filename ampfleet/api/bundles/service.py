@@ -23,6 +23,7 @@ from ampfleet.api.auth import ForbiddenError, Principal
 from ampfleet.api.bundles import repository
 from ampfleet.api.bundles.schemas import BundleDetail, BundleList, BundleOut
 from ampfleet.api.errors import (
+    ConflictError,
     NotFoundError,
     PayloadTooLargeError,
     ServiceUnavailableError,
@@ -159,6 +160,13 @@ def delete(session: Session, bundle_id: str, principal: Principal) -> str:
     """Deletes the row; the sha256 whose object may go once this transaction committed."""
     row = get(session, bundle_id, principal)
     principal.check_can_write(row.project)
+    # Its bytes would go while a node may still have to fetch them (a start, a restart).
+    users = repository.unfinished_jobs_of(session, row)
+    if users:
+        raise ConflictError(
+            f"bundle {bundle_id} is in use by unfinished jobs ({', '.join(users)}); "
+            "delete it once they ended"
+        )
     session.delete(row)
     session.flush()
     return row.sha256

@@ -13,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import ForbiddenError, Principal
+from ampfleet.api.bundles import repository as bundles
 from ampfleet.api.errors import (
     ConflictError,
     ErrorDetail,
@@ -139,7 +140,7 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
         id=new_id("job"),
         project=spec.project,
         name=spec.name,
-        recipe=spec.recipe or f"bundle:{spec.code.bundle if spec.code else ''}",
+        recipe=spec.recipe or bundles.job_recipe(spec.code.bundle if spec.code else ""),
         spec=spec.model_dump(mode="json", exclude_unset=True),
         resolved=resolved,
         idempotency_key=idempotency_key,
