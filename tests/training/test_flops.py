@@ -91,3 +91,5 @@ def test_a_job_reports_its_flops_and_mfu_per_step(tmp_path: Path) -> None:
     ]
     assert len(steps) == 4
     assert all(v["flops_per_s"] > 0 and v["mfu"] > 0 for v in steps)
+    # Each rank's compute time, for the slow-rank rule of the diagnosis.
+    assert all(v["compute_s_rank0"] > 0 and v["compute_s_rank1"] > 0 for v in steps)

@@ -24,6 +24,7 @@ HEALTHY = Breakdown(
     skipped_steps=0.0,
     last_step=1000,
     cpu_percent_by_rank={0: 100.0, 1: 96.0},
+    compute_s_by_rank={0: 0.093, 1: 0.090},
 )
 
 
@@ -49,6 +50,7 @@ def test_a_healthy_job_has_no_findings() -> None:
         ("optimizer_heavy", _with(phases_s=_phases(optimizer=0.040))),
         ("fp16_overflows", _with(precision="fp16", skipped_steps=50.0)),
         ("cpu_straggler", _with(cpu_percent_by_rank={0: 100.0, 1: 98.0, 2: 30.0})),
+        ("slow_rank", _with(compute_s_by_rank={0: 0.090, 1: 0.091, 2: 0.150})),
         ("low_mfu", _with(mfu=0.01)),
     ],
 )

@@ -24,6 +24,8 @@ SKIPPED_SHARE = 0.02
 """fp16 overflows a few times while its scaler finds its level; past this, it is the dtype."""
 STRAGGLER_CPU_RATIO = 0.5
 """A rank using less than this share of its busiest peer's CPU waits on something else."""
+SLOW_RANK_RATIO = 1.3
+"""A rank whose compute takes this much longer than the fastest rank's holds the others back."""
 LOW_MFU = 0.05
 HIGH_SHARE = 0.35
 """A finding that costs more than this share of each step is `high`."""
@@ -44,6 +46,8 @@ class Breakdown:
     skipped_steps: float = 0.0
     last_step: int = 0
     cpu_percent_by_rank: dict[int, float] = field(default_factory=dict)
+    compute_s_by_rank: dict[int, float] = field(default_factory=dict)
+    """Each rank's forward, backward and optimizer time per step."""
 
     def share(self, *phases: str) -> float:
         if self.step_time_s <= 0:
@@ -148,6 +152,25 @@ def cpu_straggler(b: Breakdown) -> Finding | None:
     )
 
 
+def slow_rank(b: Breakdown) -> Finding | None:
+    if len(b.compute_s_by_rank) < 2:
+        return None
+    rank, slowest = max(b.compute_s_by_rank.items(), key=lambda item: item[1])
+    fastest = min(b.compute_s_by_rank.values())
+    if fastest <= 0 or slowest < SLOW_RANK_RATIO * fastest:
+        return None
+    return Finding(
+        rule="slow_rank",
+        severity="medium",
+        title=f"rank {rank} computes {slowest / fastest - 1:.0%} longer than the fastest rank",
+        evidence=", ".join(
+            f"rank {r} {s * 1e3:,.1f} ms" for r, s in sorted(b.compute_s_by_rank.items())
+        ),
+        advice="the others wait for it at every gradient exchange: a slower or busier "
+        "device or node, or uneven work per rank (variable-length batches)",
+    )
+
+
 def low_mfu(b: Breakdown) -> Finding | None:
     if b.mfu is None or b.mfu >= LOW_MFU:
         return None
@@ -167,6 +190,7 @@ RULES: tuple[Callable[[Breakdown], Finding | None], ...] = (
     optimizer_heavy,
     fp16_overflows,
     cpu_straggler,
+    slow_rank,
     low_mfu,
 )
 

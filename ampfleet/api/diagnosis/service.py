@@ -16,6 +16,11 @@ WINDOW_STEPS = 50
 """The latest steps a diagnosis averages: the job as it runs now, past its warm-up."""
 PHASES = ("data", "forward", "backward", "optimizer", "allreduce_exposed", "comm_exposed")
 _CPU_SERIES = re.compile(r"^cpu_percent_rank(\d+)$")
+_COMPUTE_SERIES = re.compile(r"^compute_s_rank(\d+)$")
+
+
+def _by_rank(means: dict[str, float], series: re.Pattern[str]) -> dict[int, float]:
+    return {int(m.group(1)): value for name, value in means.items() if (m := series.match(name))}
 
 
 def breakdown_of(
@@ -31,11 +36,8 @@ def breakdown_of(
         # A cumulative count: its mean over the window is close to its latest value.
         skipped_steps=means.get("skipped_steps", 0.0),
         last_step=last_step,
-        cpu_percent_by_rank={
-            int(match.group(1)): value
-            for name, value in means.items()
-            if (match := _CPU_SERIES.match(name))
-        },
+        cpu_percent_by_rank=_by_rank(means, _CPU_SERIES),
+        compute_s_by_rank=_by_rank(means, _COMPUTE_SERIES),
     )
 
 

@@ -313,13 +313,14 @@ class Trainer:
         self, lr: float, grad_norm: float, loss_sum: torch.Tensor, timer: StepTimer, started: float
     ) -> dict[str, float]:
         cfg, task = self.cfg, self.task
-        # One collective for the loss and every rank's peak memory (its own slot).
         # One collective for the loss, every rank's peak memory and its compute time
         # (a rank that computes longer makes every other wait in each collective).
         peaks = torch.zeros(cfg.world_size, device=self.device)
         peaks[cfg.rank] = peak_memory_bytes(self.device) / MB
         busy = torch.zeros(cfg.world_size, device=self.device)
-        busy[cfg.rank] = sum(timer.seconds.get(p, 0.0) for p in ("forward", "backward", "optimizer"))
+        busy[cfg.rank] = sum(
+            timer.seconds.get(p, 0.0) for p in ("forward", "backward", "optimizer")
+        )
         reported = torch.cat([loss_sum.reshape(1), peaks, busy])
         dist.all_reduce(reported)
         loss_sum = reported[0]
