@@ -56,6 +56,7 @@ def train_recipe(
     stop_requested: Callable[[], bool] | None = None,
     strategy: str = "ddp",
     guard_every: int = 50,
+    checkpoint_writer: Callable[[Path], Any] | None = None,
 ) -> dict[str, Any]:
     """One rank's run; rank 0's records land in out_dir/events.jsonl."""
     torch.manual_seed(seed)
@@ -91,7 +92,10 @@ def train_recipe(
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     writer = RecordWriter(Path(out_dir) / "events.jsonl", flush_s) if rank == 0 else None
     try:
-        return Trainer(task, cfg, writer, stop_requested).run()
+        trainer = Trainer(task, cfg, writer, stop_requested)
+        if checkpoint_writer is not None:
+            trainer.checkpoints.storage_writer = checkpoint_writer
+        return trainer.run()
     finally:
         if writer:
             writer.close()

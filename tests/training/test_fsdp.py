@@ -3,12 +3,16 @@ seeds), the reduce-scatter guard, loss scaling with sharded gradients, what a jo
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
+from ampfleet.workers.training import checkpoint
 from ampfleet.workers.training.localranks import RankFailedError, run_ranks
 from tests.support.training import dump, losses, records, train_recipe
 from tests.training.test_convergence import SMALL_CHARLM
@@ -186,3 +190,29 @@ def test_a_checkpoint_resumes_under_the_other_strategy(
     # Same world, same batches, same RNG: only the arithmetic differs (bf16 gathered
     # weights and reduce-scatter under FSDP against DDP's bf16 autocast on fp32 weights).
     assert _mean_gap(resumed, expected) < 0.02
+
+
+class DiesWritingStep20(FileSystemWriter):
+    """Rank 1 dies (no exception, no cleanup) while it persists the checkpoint of step 20,
+    in the background, while training goes on."""
+
+    def write_data(self, plan, planner):  # type: ignore[no-untyped-def]
+        if dist.get_rank() == 1 and "000000020" in str(self.path):
+            os._exit(1)
+        return super().write_data(plan, planner)
+
+
+def test_a_rank_killed_while_persisting_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match=r"terminated|failed"):
+        _run(tmp_path, strategy="fsdp", **RESUME, checkpoint_writer=DiesWritingStep20)
+    folder = tmp_path / "checkpoints"
+    assert checkpoint.steps_available(folder) == [10]
+    assert checkpoint.latest(folder) == checkpoint.checkpoint_path(folder, 10)
+    assert checkpoint.partial_path(folder, 20).exists()  # never published, never read
+    published = [r["step"] for r in records(tmp_path) if r["kind"] == "artifact"]
+    assert published == [10]
+    # The next attempt resumes from step 10 and cleans the partial folder up.
+    _run(tmp_path, strategy="fsdp", **RESUME)
+    started = [r for r in records(tmp_path) if r["kind"] == "started"]
+    assert [s["resumed_from_step"] for s in started] == [0, 10]
+    assert not checkpoint.partial_path(folder, 20).exists()
