@@ -23,6 +23,7 @@ from ampfleet.api.middleware import (
 )
 from ampfleet.api.middleware_request import RequestContextMiddleware
 from ampfleet.api.nodes.router import router as nodes_router
+from ampfleet.api.openapi import install_openapi, operation_id
 from ampfleet.api.options import OptionsMiddleware
 from ampfleet.api.projects.router import router as projects_router
 from ampfleet.api.queue.router import router as queue_router
@@ -48,6 +49,7 @@ def create_app() -> FastAPI:
         version=__version__,
         description="Submit PyTorch training jobs; they run as distributed mixed-precision "
         "training on the fleet; poll or stream their state, events and metrics.",
+        generate_unique_id_function=operation_id,
     )
     install_error_handlers(app)
     app.add_middleware(OptionsMiddleware)  # inside CORS, which answers preflights first
@@ -79,4 +81,5 @@ def create_app() -> FastAPI:
     app.include_router(keys_router)
     app.include_router(webhooks_router)
     mount_console(app)
+    install_openapi(app)
     return app
