@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from ampfleet.core.fleet import NodeView, node_view
-from ampfleet.core.models import Job, JobEvent, Node
+from ampfleet.core.models import (
+    Allocation,
+    Artifact,
+    Job,
+    JobEvent,
+    LogLine,
+    Metric,
+    Node,
+    OutboxMessage,
+)
 from ampfleet.core.states import JobState
 
 
@@ -69,3 +78,20 @@ def events(session: Session, job_id: str, after_id: int, limit: int) -> list[Job
             .limit(limit)
         )
     )
+
+
+def delete_job(session: Session, job: Job) -> list[str]:
+    """Deletes the job's row and every row that names it (its idempotency key is a column of
+    the job); the sha256s its artifact rows named, for the caller to offer for deletion from
+    the store once this transaction committed. Explicit deletes rather than the foreign keys'
+    ON DELETE CASCADE: SQLite enforces those only with a per-connection pragma, and outbox
+    rows name the job inside their JSON."""
+    sha256s = set(session.scalars(select(Artifact.sha256).where(Artifact.job_id == job.id)))
+    for table in (JobEvent, Metric, LogLine, Allocation, Artifact):
+        session.execute(delete(table).where(table.job_id == job.id))
+    session.execute(
+        delete(OutboxMessage).where(OutboxMessage.kwargs["job_id"].as_string() == job.id)
+    )
+    session.delete(job)
+    session.flush()
+    return sorted(sha256s)

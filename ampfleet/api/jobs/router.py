@@ -7,14 +7,14 @@ import binascii
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, BackgroundTasks, Header, Query, Response, status
 from fastapi.responses import StreamingResponse
 
 from ampfleet.api.auth import CurrentPrincipal
 from ampfleet.api.bounds import MAX_ID
 from ampfleet.api.deps import ReadSessionDep, SessionDep
 from ampfleet.api.errors import UnprocessableError, responses
-from ampfleet.api.jobs import idempotency, repository, service
+from ampfleet.api.jobs import deletion, idempotency, repository, service
 from ampfleet.api.jobs.schemas import (
     EventList,
     EventOut,
@@ -152,6 +152,23 @@ def patch_job(
 )
 def cancel_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) -> JobOut:
     return service.to_out(service.cancel(session, job_id, principal))
+
+
+@router.delete(
+    "/{job_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    operation_id="deleteJob",
+    responses=responses(401, 403, 404, 409),
+    summary="Delete a job that ended, with what it produced",
+    description="Its events, metrics, logs, allocations and artifacts go with it; a stored "
+    "object goes once no other row names it. A job that has not ended is 409: cancel it first.",
+)
+def delete_job(
+    job_id: str, session: SessionDep, principal: CurrentPrincipal, background: BackgroundTasks
+) -> Response:
+    sha256s = deletion.delete(session, job_id, principal)
+    background.add_task(deletion.drop_unreferenced_objects, sha256s)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get(
