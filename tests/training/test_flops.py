@@ -6,6 +6,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -15,6 +16,7 @@ from ampfleet.workers.training.flops import (
     StepFlops,
     peak_flops,
     probe_matmul_flops,
+    table_peak,
     utilisation,
 )
 from ampfleet.workers.training.localranks import run_ranks
@@ -67,6 +69,30 @@ def test_cpu_peak_is_a_probe_in_each_dtype() -> None:
         assert peak.flops_per_s > 0
         assert peak.source == f"CPU {precision} matmul probe"
     assert probe_matmul_flops("fp32") > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "precision", "tflops"),
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", 989.0),
+        ("NVIDIA H200", "fp16", 989.0),
+        ("NVIDIA A100-SXM4-80GB", "bf16", 312.0),
+        ("NVIDIA A10G", "bf16", 125.0),
+        ("NVIDIA L40S", "fp32", 91.6),
+        ("NVIDIA L4", "bf16", 121.0),
+        ("Tesla V100-SXM2-16GB", "fp16", 125.0),
+        ("Tesla T4", "fp32", 8.1),
+    ],
+)
+def test_gpu_peaks_come_from_the_table(name: str, precision: str, tflops: float) -> None:
+    peak = table_peak(name, precision)
+    assert peak is not None
+    assert peak.flops_per_s == tflops * 1e12
+
+
+def test_no_peak_for_a_gpu_or_dtype_the_table_lacks() -> None:
+    assert table_peak("Tesla V100-SXM2-16GB", "bf16") is None  # no bf16 on Volta
+    assert table_peak("Some Future GPU", "bf16") is None
 
 
 def test_mfu_is_achieved_over_peak_of_every_rank() -> None:

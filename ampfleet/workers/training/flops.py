@@ -79,12 +79,17 @@ class StepFlops:
 def peak_flops(device: torch.device, precision: str) -> Peak | None:
     """The device's dense peak in the compute dtype; None for a GPU the table lacks."""
     if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for model, peaks in GPU_PEAK_TFLOPS.items():
-            if model in name.upper() and precision in peaks:
-                return Peak(peaks[precision] * TFLOP, f"{model} {precision} datasheet")
-        return None
+        return table_peak(torch.cuda.get_device_name(device), precision)
     return Peak(probe_matmul_flops(precision), f"CPU {precision} matmul probe")
+
+
+def table_peak(device_name: str, precision: str) -> Peak | None:
+    """The table's row for a device name as CUDA reports it ("NVIDIA H100 80GB HBM3"); the
+    longer model names come first in the table, so "A100" is never read as "A10"."""
+    for model, peaks in GPU_PEAK_TFLOPS.items():
+        if model in device_name.upper() and precision in peaks:
+            return Peak(peaks[precision] * TFLOP, f"{model} {precision} datasheet")
+    return None
 
 
 def probe_matmul_flops(precision: str) -> float:
