@@ -276,6 +276,20 @@ def cancel(job_id: JobId, url: Url = None, key: Key = None) -> None:
     _stdout().print(f"{job.id} {_state(job.state)}")
 
 
+def delete(
+    job_id: JobId,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Delete a job that ended, with its events, metrics, logs and artifacts."""
+    if not yes:
+        typer.confirm(f"delete {job_id} and everything it produced?", abort=True)
+    with _client(url, key) as client:
+        client.delete(job_id)
+    _stdout().print(f"deleted {job_id}")
+
+
 def _summary(series: list[MetricSeries]) -> None:
     rows = [
         (
@@ -420,6 +434,7 @@ def register(app: typer.Typer) -> None:
         (list_jobs, "list"),
         (logs, "logs"),
         (cancel, "cancel"),
+        (delete, "delete"),
         (metrics, "metrics"),
         (diagnose, "diagnose"),
     ):

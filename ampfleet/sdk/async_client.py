@@ -158,6 +158,9 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     async def cancel(self, job_id: str) -> models.Job:
         return await self._run(self._ops.cancel(job_id))
 
+    async def delete(self, job_id: str) -> None:
+        await self._run(self._ops.delete(job_id))
+
     async def set_priority(self, job_id: str, priority: Priority | str) -> models.Job:
         return await self._run(self._ops.set_priority(job_id, priority))
 

@@ -146,6 +146,11 @@ class Client(ClientBase[httpx.Client]):
         """A queued job ends CANCELLED at once, a placed one goes CANCELLING first."""
         return self._run(self._ops.cancel(job_id))
 
+    def delete(self, job_id: str) -> None:
+        """Deletes a job that ended (Conflict otherwise) with its events, metrics, logs and
+        artifacts; the store keeps only bytes another job or bundle still names."""
+        self._run(self._ops.delete(job_id))
+
     def set_priority(self, job_id: str, priority: Priority | str) -> models.Job:
         """`low`, `normal` or `high`; the scheduler applies it from its next pass."""
         return self._run(self._ops.set_priority(job_id, priority))

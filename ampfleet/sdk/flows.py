@@ -148,6 +148,9 @@ class Operations:
         response = yield from self.send(Request("POST", _job(job_id, "/cancel")))
         return Job.model_validate_json(response.content)
 
+    def delete(self, job_id: str) -> Flow[None]:
+        yield from self.send(Request("DELETE", _job(job_id)))
+
     def set_priority(self, job_id: str, priority: Priority | str) -> Flow[Job]:
         body = {"priority": Priority(priority).value}
         response = yield from self.send(Request("PATCH", _job(job_id), json=body))

@@ -16,6 +16,7 @@ CLIENT_COMMANDS = [
     "list",
     "logs",
     "cancel",
+    "delete",
     "metrics",
     "keys",
     "artifacts",
