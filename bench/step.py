@@ -2,6 +2,7 @@
 
     python -m bench.step                  # CPU: 2 gloo ranks, 23M-parameter GPT
     python -m bench.step --gpu            # one CUDA device, 135M-parameter GPT
+    python -m bench.step --strategy compare   # bf16 under DDP and under FSDP, side by side
 
 CPU modes: fp32 | bf16 autocast (fp32 AllReduce) | bf16 autocast + bf16 AllReduce.
 GPU modes: fp32 with TF32 off | bf16 | fp16 (GradScaler), with model FLOP utilisation.
@@ -24,6 +25,7 @@ import torch.distributed as dist
 
 from ampfleet.workers.training.localranks import run_ranks
 from ampfleet.workers.training.loop import LoopConfig, Trainer
+from ampfleet.workers.training.parallel import ParallelConfig
 from ampfleet.workers.training.recipes.gpt_bench import GPTBenchHyperparameters, build
 from ampfleet.workers.training.task import RecipeContext
 
@@ -57,6 +59,7 @@ def _steps(
     steps: int,
     warmup: int,
     cuda: bool,
+    strategy: str = "ddp",
 ) -> dict[str, float]:
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
@@ -90,6 +93,7 @@ def _steps(
             keep_last_checkpoints=1,
             checkpoint_dir=Path(tmp),
             guard_every_steps=0,
+            parallel=ParallelConfig(strategy=strategy),
         )
         trainer = Trainer(task, cfg, writer=None)
         trainer.batches = trainer.micro_batches(start=0)
@@ -137,7 +141,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--strategy", choices=["ddp", "compare"], default="ddp", help="compare: DDP vs FSDP, bf16"
+    )
     args = parser.parse_args()
+    if args.strategy == "compare":
+        _compare_strategies(args)
+        return
     modes = GPU_MODES if args.gpu else CPU_MODES
     model = GPU_MODEL if args.gpu else CPU_MODEL
     results: dict[tuple[str, str], list[dict[str, float]]] = {m: [] for m in modes}
@@ -176,6 +186,37 @@ def main() -> None:
         if args.gpu:
             line += f"  {first['flops_per_step'] / step_s / H200_BF16_PEAK_FLOPS:>8.1%}"
         print(line)
+
+
+def _compare_strategies(args: argparse.Namespace) -> None:
+    """bf16 compute and reduction, the same model and ranks, under DDP and FSDP (which adds
+    an all-gather per block in forward and again in backward, and reduce-scatters)."""
+    model = GPU_MODEL if args.gpu else CPU_MODEL
+    results: dict[str, list[float]] = {"ddp": [], "fsdp": []}
+    for _ in range(args.runs):
+        for strategy, times in results.items():
+            if args.gpu:
+                raise SystemExit("--strategy compare runs on 2 gloo ranks (CPU) for now")
+            result = run_ranks(
+                _steps,
+                2,
+                "bf16",
+                "bf16",
+                model,
+                args.steps,
+                args.warmup,
+                False,
+                strategy,
+                timeout_s=600,
+            )[0]
+            times.append(result["step_s"])
+            parameters = result["parameters"]
+    ddp, fsdp = (statistics.median(results[s]) for s in ("ddp", "fsdp"))
+    print(
+        f"gpt-bench {parameters / 1e6:.1f}M parameters, CPU, 2 gloo ranks, bf16 compute and "
+        f"reduction; median of {args.runs} runs x {args.steps} steps"
+    )
+    print(f"DDP {1 / ddp:.3f} steps/s, FSDP {1 / fsdp:.3f} steps/s: FSDP/DDP {ddp / fsdp:.2f}x")
 
 
 if __name__ == "__main__":
