@@ -16,7 +16,16 @@ from sqlalchemy import func, select, update
 from ampfleet.core.artifacts import ArtifactNotFoundError, get_store, object_key
 from ampfleet.core.db import session_scope
 from ampfleet.core.messaging import enqueue
-from ampfleet.core.models import Artifact, Job, JobEvent, LogLine, Metric, OutboxMessage
+from ampfleet.core.models import (
+    Allocation,
+    Artifact,
+    Job,
+    JobEvent,
+    LogLine,
+    Metric,
+    Node,
+    OutboxMessage,
+)
 from ampfleet.core.states import JobState
 from tests.api.test_artifacts_api import add_artifact, keyed
 from tests.conftest import KeyFactory
@@ -48,7 +57,7 @@ def rows_naming(job_id: str) -> dict[str, int]:
                 select(func.count()).select_from(table).where(table.job_id == job_id)
             )
             or 0
-            for table in (JobEvent, Metric, LogLine, Artifact)
+            for table in (JobEvent, Metric, LogLine, Allocation, Artifact)
         }
         counts["outbox"] = (
             session.scalar(
@@ -83,9 +92,15 @@ def test_a_deleted_job_leaves_no_row_and_no_object_only_it_named(
         session.add(Metric(job_id=job["id"], attempt=0, step=1, name="loss", value=1.0))
         session.add(LogLine(job_id=job["id"], attempt=0, rank=0, stream="stdout", line="hi"))
         enqueue(session, queue="node.x", task="ampfleet.stop_job", job_id=job["id"])
+        session.add(Node(id="n1", queue="node.n1", address="127.0.0.1", accelerator="cpu", slots=2))
+        session.flush()
+        session.add(Allocation(job_id=job["id"], attempt=0, node_id="n1", node_rank=0, slots=2))
     end(job["id"])
     before = rows_naming(job["id"])
-    assert all(before[table] for table in ("job_events", "metrics", "log_lines", "artifacts"))
+    assert all(
+        before[table]
+        for table in ("job_events", "metrics", "log_lines", "allocations", "artifacts")
+    )
 
     deleted = writer.delete(f"/v1/jobs/{job['id']}")
 
