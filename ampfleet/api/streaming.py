@@ -35,6 +35,9 @@ from ampfleet.core.settings import get_settings
 SSE_MEDIA_TYPE = "text/event-stream"
 HEARTBEAT_S = 15.0
 STREAM_FULL_RETRY_AFTER_S = 5
+# How long an EventSource waits before it reconnects after a dropped connection.
+RECONNECT_MS = 3000
+RETRY_FIELD = f"retry: {RECONNECT_MS}\n".encode()
 # ASCII digits only: str.isdigit() also holds for '²', which int() refuses.
 CURSOR_PART = re.compile(r"[0-9]{1,19}")
 # A poll that cannot reach the database now is tried again at the next one.
@@ -151,6 +154,7 @@ async def _poll(
     """Yields `step`'s frames until it says the stream is over, a comment line now and
     then so idle connections stay open, and an `error` frame if the key stops being valid."""
     try:
+        retry_pending = True
         last_sent = last_checked = time.monotonic()
         while True:
             if time.monotonic() - last_checked >= recheck_s:
@@ -163,6 +167,11 @@ async def _poll(
             except TRANSIENT_DATABASE_ERRORS as exc:
                 log.warning("stream poll skipped: %s", exc)
                 frames, finished = [], False
+            if frames and retry_pending:
+                # A field of the first event rather than a block of its own, which naive
+                # readers would take for an event.
+                frames = [RETRY_FIELD + frames[0], *frames[1:]]
+                retry_pending = False
             for item in frames:
                 yield item
             if frames:

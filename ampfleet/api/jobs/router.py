@@ -7,10 +7,11 @@ import binascii
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Header, Query, Response, status
+from fastapi import APIRouter, BackgroundTasks, Depends, Header, Query, Response, status
 from fastapi.responses import StreamingResponse
 
-from ampfleet.api.auth import CurrentPrincipal
+from ampfleet.api import stream_tokens
+from ampfleet.api.auth import CurrentPrincipal, Principal
 from ampfleet.api.bounds import MAX_ID
 from ampfleet.api.deps import ReadSessionDep, SessionDep
 from ampfleet.api.errors import UnprocessableError, responses
@@ -23,6 +24,7 @@ from ampfleet.api.jobs.schemas import (
     JobPatch,
 )
 from ampfleet.api.jobs.stream import stream_job
+from ampfleet.api.stream_tokens import StreamToken, stream_principal
 from ampfleet.api.streaming import stream_response_doc, wants_stream
 from ampfleet.core.messaging import wake_scheduler
 from ampfleet.core.spec import JobSpec
@@ -188,7 +190,7 @@ def delete_job(
 def job_events(
     job_id: str,
     session: SessionDep,
-    principal: CurrentPrincipal,
+    principal: Annotated[Principal, Depends(stream_principal)],
     after: Annotated[int, Query(ge=0, le=MAX_ID, description="Only events with a larger id.")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
     accept: Annotated[str | None, Header()] = None,
@@ -203,6 +205,23 @@ def job_events(
         items=[EventOut.model_validate(e, from_attributes=True) for e in events],
         next_after=events[-1].id if len(events) == limit else None,
     )
+
+
+@router.post(
+    "/{job_id}/events/token",
+    response_model=StreamToken,
+    responses=responses(401, 404),
+    summary="A short-lived token for this job's event stream",
+    description="For clients that cannot send Authorization, like a browser's EventSource: "
+    "`GET /v1/jobs/{job_id}/events?token=...` with `Accept: text/event-stream` (what "
+    "EventSource sends). Valid for that stream only, for a few minutes (`expires_at`), "
+    "while the key that asked for it is not revoked.",
+)
+def create_events_token(
+    job_id: str, session: SessionDep, principal: CurrentPrincipal
+) -> StreamToken:
+    service.get(session, job_id, principal)
+    return stream_tokens.issue(job_id, principal)
 
 
 def _encode_cursor(job_id: str) -> str:
