@@ -10,7 +10,7 @@ from tests.support.env import environment
 def test_options_lists_every_method_of_the_path(anonymous: TestClient) -> None:
     for path, methods in {
         "/v1/jobs": "GET, OPTIONS, POST",
-        "/v1/jobs/job_00000000000000000000000000": "GET, OPTIONS, PATCH",
+        "/v1/jobs/job_00000000000000000000000000": "DELETE, GET, OPTIONS, PATCH",
         "/v1/keys/key_x": "DELETE, OPTIONS",
     }.items():
         response = anonymous.options(path)
