@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 PYTEST_FLAGS ?=
 
-.PHONY: install run test test-all lint format bench clean ui-deps metrics-deps
+.PHONY: install run test test-all lint format bench clean ui-deps metrics-deps sandbox-deps
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-run: install
+run: install sandbox-deps
 	$(BIN)/ampfleet migrate
 	$(BIN)/ampfleet up
 
@@ -30,6 +30,11 @@ ui-deps: install
 
 # The /metrics test checks the exposition with promtool, from Debian's prometheus package
 # (no smaller one carries it; without recommends it is a dozen small packages).
+# Ranks that run bundled code run inside Debian's bubblewrap.
+sandbox-deps:
+	command -v bwrap >/dev/null || { apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap; }
+
 metrics-deps:
 	command -v promtool >/dev/null || { apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }
@@ -39,10 +44,10 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy ampfleet
 
-test: lint ui-deps metrics-deps
+test: lint ui-deps metrics-deps sandbox-deps
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_FLAGS)
 
-test-all: lint ui-deps metrics-deps
+test-all: lint ui-deps metrics-deps sandbox-deps
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)
 
 format: install

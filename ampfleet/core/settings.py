@@ -153,8 +153,8 @@ class Settings(BaseSettings):
     )
     sandbox: Literal["bubblewrap", "none"] = Field(
         "bubblewrap",
-        description="What contains ranks that run bundled code; 'none' runs it unconfined, "
-        "for trusted users only (until the sandbox lands, the only way to run bundles).",
+        description="What contains ranks that run bundled code (where bwrap cannot run, "
+        "bundled code is refused at submit); 'none' runs it unconfined, for trusted users.",
     )
     max_archive_unpacked_bytes: int = Field(
         1 << 30, gt=0, description="Bytes an uploaded archive may unpack to; more get 422."

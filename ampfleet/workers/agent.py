@@ -22,6 +22,7 @@ from ampfleet.core.allocations import release_claimed_on_node, release_node_shar
 from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import requeue_or_fail, transition
 from ampfleet.core.models import Allocation, Job, Node, utcnow
+from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, JobState
 from ampfleet.workers.bundles import bundle_dir, ensure_unpacked
@@ -176,6 +177,7 @@ class NodeAgent:
                 rendezvous=rendezvous,
                 run_dir=run_dir,
                 max_runtime_s=job.resolved["stop"].get("max_runtime_s"),
+                code_dir=self._code_dir(job).get("code_dir"),
             )
 
     def _still_wanted(self, session: Session, job: Job) -> bool:
@@ -245,6 +247,9 @@ class NodeAgent:
         if not code:
             return True
         try:
+            problem = bubblewrap_problem() if self.settings.sandbox == "bubblewrap" else None
+            if problem:
+                raise RuntimeError(f"this node cannot sandbox bundled code: {problem}")
             ensure_unpacked(self.settings, code["sha256"])
             return True
         except Exception as exc:  # a refused archive, a store that is down: said in words

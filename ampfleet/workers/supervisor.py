@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO
 
 from sqlalchemy import select
@@ -26,6 +27,7 @@ from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import requeue_or_fail, transition
 from ampfleet.core.messaging import wake_scheduler
 from ampfleet.core.models import Job
+from ampfleet.core.sandbox import sandboxed
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
 from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs, store_points
@@ -49,6 +51,7 @@ class LaunchRequest:
     rendezvous: str | None
     run_dir: RunDir
     max_runtime_s: int | None
+    code_dir: str | None = None  # set: the ranks run bundled code, in the sandbox if on
 
 
 @dataclass
@@ -171,8 +174,21 @@ class Supervisor:
             logs_dir=str(run_dir.logs_dir),
         )
         launcher_log = (run_dir.logs_dir / "launcher.log").open("ab")
+        command = launch_command(args, memory_limit_mb=self.rank_memory_limit_mb)
+        contained = request.code_dir is not None and self.settings.sandbox == "bubblewrap"
+        if contained and request.code_dir is not None:
+            checkpoints = self.settings.checkpoints_dir / request.job_id
+            checkpoints.mkdir(parents=True, exist_ok=True)
+            command = sandboxed(
+                command,
+                data_dir=self.settings.data_dir.resolve(),
+                writable=[run_dir.path, checkpoints],
+                readable=[Path(request.code_dir)],
+            )
         process = subprocess.Popen(
-            launch_command(args, memory_limit_mb=self.rank_memory_limit_mb),
+            command,
+            # bwrap would die of the preemption signal; the launcher and ranks set their own.
+            preexec_fn=_ignore_preemption_signal if contained else None,  # noqa: PLW1509
             stdout=launcher_log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -410,6 +426,10 @@ class Supervisor:
             message=f"the ranks on node {self.settings.node_name} exited with code {code} "
             f"without an error report (killed or out of memory?)",
         )
+
+
+def _ignore_preemption_signal() -> None:
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -47,15 +47,17 @@ def uploaded(client: TestClient, files: dict[str, bytes]) -> dict[str, Any]:
     return dict(response.json())
 
 
-def test_without_the_sandbox_bundled_code_is_refused_naming_the_setting(
+def test_where_bubblewrap_cannot_run_bundled_code_is_refused_naming_why(
     app: FastAPI, make_key: KeyFactory
 ) -> None:
     with keyed(app, make_key("alpha", "write")) as writer:
         bundle = uploaded(writer, {"my_pkg/recipe.py": b"x = 1"})
-        response = writer.post("/v1/jobs", json=code_spec(bundle["id"]))
+        with environment({"PATH": "/nonexistent"}):  # no bwrap to be found
+            response = writer.post("/v1/jobs", json=code_spec(bundle["id"]))
     assert response.status_code == 422
     error = response.json()["error"]
     assert error["details"][0]["field"] == "code"
+    assert "bubblewrap (bwrap) is not installed" in error["message"]
     assert "AMPFLEET_SANDBOX=none" in error["message"]
 
 

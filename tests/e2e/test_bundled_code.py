@@ -1,7 +1,7 @@
 """A job that runs the user's own recipe from an uploaded bundle, with real processes: the
 bundle is fetched and unpacked on the node, its entrypoint imported by the ranks, its output
-listed; a wrong entrypoint or wrong hyperparameters end FAILED with the reason. The sandbox
-is not there yet, so these fleets run bundled code with AMPFLEET_SANDBOX=none."""
+listed; a wrong entrypoint or wrong hyperparameters end FAILED with the reason. These fleets
+run it unconfined (AMPFLEET_SANDBOX=none); tests/e2e/test_sandbox.py runs it contained."""
 
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ from ampfleet.core.lifecycle import record_event, transition
 from ampfleet.core.memory import job_rank_memory, memory_refusal
 from ampfleet.core.models import Bundle, Job, JobEvent, Project
 from ampfleet.core.recipes import UnknownRecipeError, get_recipe
+from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.core.settings import get_settings
 from ampfleet.core.spec import CodeSpec, JobSpec, Precision, Priority
 from ampfleet.core.states import ACTIVE_STATES, WAITING_STATES, JobState
@@ -60,11 +61,13 @@ def resolve(spec: JobSpec) -> dict[str, Any]:
 
 def code_bundle(session: Session, project: str, code: CodeSpec) -> Bundle:
     """The bundle a job's `code` names, in the job's project, where bundled code may run."""
-    if get_settings().sandbox != "none":
+    problem = bubblewrap_problem() if get_settings().sandbox == "bubblewrap" else None
+    if problem:
         raise UnprocessableError.for_field(
             "code",
-            "bundled code runs only inside the bubblewrap sandbox, which this server cannot "
-            "start yet; the operator may set AMPFLEET_SANDBOX=none to run it unconfined",
+            f"bundled code runs only inside the bubblewrap sandbox, and {problem} here; "
+            "install bubblewrap, or the operator may set AMPFLEET_SANDBOX=none to run it "
+            "unconfined",
         )
     if not custom_code_allowed(session, project):
         raise ForbiddenError(custom_code_refusal(project))

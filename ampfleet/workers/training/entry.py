@@ -39,12 +39,15 @@ PR_SET_PDEATHSIG = 1
 
 def die_with_parent() -> None:
     """If torchrun is killed (say, with the whole worker), take this rank down too."""
+    parent = os.getppid()
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         return
-    if os.getppid() == 1:  # the parent died before prctl took effect
+    # The parent died before prctl took effect. (Not "the parent is pid 1": in the sandbox's
+    # PID namespace the launcher's living parent is.)
+    if os.getppid() != parent:
         os._exit(1)
 
 

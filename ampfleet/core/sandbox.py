@@ -1,0 +1,70 @@
+"""The bubblewrap sandbox of ranks that run bundled code, as one explicit argument list.
+
+Inside: the system read-only, a private /tmp, /dev and /proc of its own (own PID namespace:
+no view of the agent's or other jobs' processes), the whole data dir hidden under an empty
+tmpfs (the SQLite file, other jobs' run folders and checkpoints, the broker files, the local
+store), then only the job's run folder and checkpoint folder bound back writable and the
+unpacked bundle read-only; an unprivileged uid in a user namespace, no capabilities, and it
+dies with its parent. The network stays the host's: ranks rendezvous across nodes.
+
+Standard library only: the API asks `bubblewrap_problem` before it accepts bundled code.
+"""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+BWRAP = "bwrap"
+NOBODY = 65534
+
+
+def bubblewrap_problem() -> str | None:
+    """Why bubblewrap cannot contain ranks on this machine, or None when it can."""
+    return _problem_of(shutil.which(BWRAP))
+
+
+@lru_cache
+def _problem_of(path: str | None) -> str | None:
+    if path is None:
+        return "bubblewrap (bwrap) is not installed"
+    trial = [path, *_namespaces(), "--ro-bind", "/", "/", "--proc", "/proc", "--", "true"]
+    try:
+        result = subprocess.run(trial, capture_output=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap cannot run: {exc}"
+    if result.returncode != 0:
+        return f"bwrap cannot run: {result.stderr.decode(errors='replace').strip()[:300]}"
+    return None
+
+
+def _namespaces() -> list[str]:
+    return [
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-user",
+        "--uid",
+        str(NOBODY),
+        "--gid",
+        str(NOBODY),
+    ]
+
+
+def sandboxed(
+    command: list[str], *, data_dir: Path, writable: list[Path], readable: list[Path]
+) -> list[str]:
+    args = [BWRAP, "--die-with-parent", *_namespaces(), "--cap-drop", "ALL"]
+    private_tmp = "/tmp"  # noqa: S108 - an empty tmpfs of the sandbox's own
+    args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", private_tmp]
+    args += ["--tmpfs", str(data_dir)]
+    for device in sorted(glob.glob("/dev/nvidia*")):  # CUDA needs its device nodes
+        args += ["--dev-bind", device, device]
+    for folder in readable:
+        args += ["--ro-bind", str(folder), str(folder)]
+    for folder in writable:
+        args += ["--bind", str(folder), str(folder)]
+    return [*args, "--chdir", str(writable[0]), "--", *command]

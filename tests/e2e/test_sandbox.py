@@ -1,0 +1,120 @@
+"""Bundled code runs in the bubblewrap sandbox: a recipe that goes looking for what it must
+not see (platform credentials in its environment or pid 1's, the SQLite file, other jobs'
+folders, the agent's processes) or write (outside its folders) finds nothing and changes
+nothing, and still trains: the job SUCCEEDS and its report of what it found is downloaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import ampfleet
+from ampfleet.core.sandbox import bubblewrap_problem
+from tests.conftest import FleetFactory
+from tests.e2e.test_bundled_code import code_spec
+from tests.support.archives import zip_of
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(bubblewrap_problem() is not None, reason="needs a working bubblewrap"),
+]
+
+PROBE = b"""
+import json
+import os
+from pathlib import Path
+
+from ampfleet.core.recipes import RecipeDefinition
+from ampfleet.recipes.digits import DigitsHyperparameters, parameter_count
+
+WORDS = ("AMPFLEET", "DATABASE", "BROKER", "SECRET", "AWS", "S3_")
+
+
+class Hyperparameters(DigitsHyperparameters):
+    data_dir: str
+    outside: str
+    system: str
+
+
+def attempt(action):
+    try:
+        return repr(action())
+    except Exception as exc:
+        return f"refused: {type(exc).__name__}"
+
+
+def build(hp, ctx):
+    from ampfleet.workers.training.recipes.digits import build as digits
+
+    if ctx.rank == 0:
+        data = Path(hp.data_dir)
+        proc_one = attempt(lambda: Path("/proc/1/environ").read_bytes().decode(errors="replace"))
+        report = {
+            "environment": sorted(k for k in os.environ if any(w in k for w in WORDS)),
+            "pid_one_credentials": any(w in proc_one for w in WORDS),
+            "database_exists": (data / "ampfleet.db").exists(),
+            "runs": sorted(os.listdir(data / "runs")),
+            "artifacts_exist": (data / "artifacts").exists(),
+            "write_outside": attempt(lambda: Path(hp.outside).write_text("x")),
+            "write_system": attempt(lambda: Path(hp.system).write_text("x")),
+            "write_data_dir": attempt(lambda: (data / "planted.txt").write_text("x")),
+            "uid": os.getuid(),
+            "processes": len([p for p in os.listdir("/proc") if p.isdigit()]),
+        }
+        (ctx.output_dir / "report.json").write_text(json.dumps(report))
+    fields = hp.model_dump(exclude={"data_dir", "outside", "system"})
+    return digits(DigitsHyperparameters(**fields), ctx)
+
+
+recipe = RecipeDefinition(
+    name="probe",
+    description="looks around, then trains digits",
+    hyperparameters=Hyperparameters,
+    build_path="probe_pkg.recipe:build",
+    parameter_count=parameter_count,
+)
+"""
+
+
+def test_a_probing_recipe_finds_and_changes_nothing_outside_its_folders(
+    make_fleet: FleetFactory,
+) -> None:
+    fleet = make_fleet("embedded")
+    data_dir = fleet.root / "var"
+    outside = fleet.root / "outside.txt"
+    system = Path(ampfleet.__file__).parent / "planted.txt"
+    probes = {"data_dir": str(data_dir), "outside": str(outside), "system": str(system)}
+    bundle = fleet.http.post("/v1/bundles", content=zip_of({"probe_pkg/recipe.py": PROBE}))
+    assert bundle.status_code == 201, bundle.text
+    earlier = fleet.submit(
+        code_spec(
+            bundle.json()["id"],
+            "probe_pkg.recipe:recipe",
+            resources={"procs_per_node": 1},
+            hyperparameters=probes,
+        )
+    )
+    fleet.wait_for_state(earlier["id"], {"SUCCEEDED"})
+    job = fleet.submit(
+        code_spec(
+            bundle.json()["id"],
+            "probe_pkg.recipe:recipe",
+            resources={"procs_per_node": 1},
+            hyperparameters=probes,
+        )
+    )
+    fleet.wait_for_state(job["id"], {"SUCCEEDED"})
+    report = json.loads(fleet.http.get(f"/v1/jobs/{job['id']}/artifacts/outputs/report.json").text)
+    assert report["environment"] == []
+    assert report["pid_one_credentials"] is False
+    assert report["database_exists"] is False
+    assert report["artifacts_exist"] is False
+    assert report["runs"] == [job["id"]]  # not the earlier job's folder
+    assert report["write_system"].startswith("refused")  # the system is read-only
+    assert report["uid"] == 65534
+    assert report["processes"] < 20  # its own PID namespace: no agent, no other job
+    assert not outside.exists()  # under /tmp: it wrote to its private /tmp, if anywhere
+    assert not system.exists()
+    assert not (data_dir / "planted.txt").exists()
