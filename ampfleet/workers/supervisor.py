@@ -34,6 +34,7 @@ from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs, store
 from ampfleet.workers.launch import launch_command, rank_environment, torchrun_args
 from ampfleet.workers.rundir import RecordReader, RunDir
 from ampfleet.workers.telemetry import Nvml, RankTelemetry
+from ampfleet.workers.training.entry import STACKS_SIGNAL
 from ampfleet.workers.uploads import ArtifactUploader
 
 log = logging.getLogger(__name__)
@@ -282,6 +283,12 @@ class Supervisor:
             return
         attempt.stop_reason = reason
         log.info("stopping %s attempt %s: %s", *attempt.key, reason)
+        if reason == "stalled":
+            # Every rank's stacks into its stderr log, before it stops: which one hung
+            # where, and which wait for it in a collective.
+            for pid in attempt.telemetry.rank_pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, STACKS_SIGNAL)
         if reason == "preempt":
             # SIGUSR1: the ranks checkpoint at the next step boundary and exit (entry.py).
             attempt.kill_at = time.monotonic() + self.settings.preempt_grace_s
@@ -355,7 +362,8 @@ class Supervisor:
                 number,
                 reason="stalled",
                 message=f"no progress reported for {self.settings.stall_timeout_s:.0f}s: a rank "
-                "hung, or every rank waits for one in a collective",
+                "hung, or every rank waits for one in a collective (each rank's Python stacks "
+                "at the stall are in its stderr log)",
             )
         elif attempt.stop_reason == "preempt":
             self._record_preempted(session, attempt)

@@ -128,6 +128,10 @@ class RankTelemetry:
         elapsed = now - mark.at
         return max(0.0, 100.0 * (cpu_s - mark.cpu_s) / elapsed) if elapsed > 0 else 0.0
 
+    def rank_pids(self) -> list[int]:
+        """The first process of each rank's tree (the rank itself, or its sandbox)."""
+        return [tree[0].pid for _rank, tree in self._ranks()]
+
     def _ranks(self) -> Iterator[tuple[int, list[psutil.Process]]]:
         try:
             children = psutil.Process(self._launcher).children()

@@ -8,10 +8,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from ampfleet.workers.telemetry import RankTelemetry
+from ampfleet.workers.training.entry import STACKS_SIGNAL
 
 HELD_MB = 200
 # Bounded in time: each child ends on its own after 60 s if the test never stops it.
@@ -61,6 +63,11 @@ def test_samples_cpu_and_resident_memory_of_each_rank() -> None:
     assert values["cpu_percent_rank1"] >= 0.0
 
 
+def test_the_ranks_are_the_children_with_a_rank(ranks: list[subprocess.Popen[str]]) -> None:
+    pids = RankTelemetry(os.getpid(), interval_s=0.0).rank_pids()
+    assert sorted(pids) == sorted([ranks[0].pid, ranks[1].pid])
+
+
 @pytest.mark.usefixtures("ranks")
 def test_one_sample_per_step_and_interval() -> None:
     every_step = RankTelemetry(os.getpid(), interval_s=0.0)
@@ -78,3 +85,36 @@ def test_no_ranks_no_points() -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait(timeout=30)
     assert RankTelemetry(gone.pid, interval_s=0.0).take(1) == []
+
+
+def test_a_stalled_rank_dumps_its_stacks_on_the_signal(tmp_path: Path) -> None:
+    """As entry.py registers it: the dump answers while the rank blocks in a C call."""
+    stderr = tmp_path / "rank-0.stderr"
+    blocked = (
+        "import faulthandler, time\n"
+        "from ampfleet.workers.training.entry import STACKS_SIGNAL\n"
+        "faulthandler.register(STACKS_SIGNAL, all_threads=True)\n"
+        "print('ready', flush=True)\ntime.sleep(60)\n"
+    )
+    with stderr.open("wb") as sink:
+        child = subprocess.Popen(
+            [sys.executable, "-c", blocked],
+            env={**os.environ, "RANK": "0"},
+            stdout=subprocess.PIPE,
+            stderr=sink,
+            text=True,
+        )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        (pid,) = RankTelemetry(os.getpid(), interval_s=0.0).rank_pids()
+        os.kill(pid, STACKS_SIGNAL)
+        for _ in range(100):  # bounded: 10 s at most
+            if "most recent call first" in stderr.read_text():
+                break
+            time.sleep(0.1)
+        assert "most recent call first" in stderr.read_text()
+        assert child.poll() is None  # the dump does not stop the rank
+    finally:
+        child.kill()
+        child.wait(timeout=10)

@@ -8,6 +8,7 @@ the process group is always torn down.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import json
 import os
 import random
@@ -156,6 +157,7 @@ def write_failure(run_dir: RunDir, rank: int, exc: BaseException) -> None:
 
 
 PREEMPT = threading.Event()
+STACKS_SIGNAL = signal.SIGUSR2
 
 
 def watch_for_preemption() -> None:
@@ -182,6 +184,9 @@ def main(argv: list[str]) -> int:
     run_dir = RunDir(Path(argv[1]))
     rank = int(os.environ["RANK"])
     capture_output(run_dir, rank)
+    # A stalled attempt's ranks are asked for their stacks before they are stopped: the
+    # dump runs in the signal handler itself, so it works while a collective blocks.
+    faulthandler.register(STACKS_SIGNAL, all_threads=True)
     completed = False
     try:
         run(
