@@ -1,0 +1,38 @@
+"""CUDA works inside the sandbox of bundled code: the NVIDIA device nodes are bound in, the
+rest of the data dir stays hidden."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ampfleet.core.sandbox import bubblewrap_problem, sandboxed
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(bubblewrap_problem() is not None, reason="needs a working bubblewrap"),
+]
+
+PROGRAM = (
+    "import torch; x = torch.ones(1024, device='cuda'); "
+    "print(torch.cuda.get_device_name(0), float((x @ x).item()))"
+)
+
+
+def test_a_sandboxed_rank_computes_on_the_gpu(tmp_path: Path) -> None:
+    run_dir, checkpoints, code = (tmp_path / "var" / name for name in ("run", "ckpt", "code"))
+    for folder in (run_dir, checkpoints, code):
+        folder.mkdir(parents=True)
+    (tmp_path / "var" / "ampfleet.db").write_text("hidden")
+    command = sandboxed(
+        [sys.executable, "-c", PROGRAM],
+        data_dir=tmp_path / "var",
+        writable=[run_dir, checkpoints],
+        readable=[code],
+    )
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("1024.0")
