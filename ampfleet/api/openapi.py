@@ -85,15 +85,7 @@ def complete(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def _complete_operation(operation: dict[str, Any]) -> None:
-    # Accept chooses between a JSON answer and a live stream (text/event-stream, documented
-    # beside it); as a parameter, a generated client would send it, get the stream and try
-    # to decode it as JSON. Clients that stream (EventSource, the SDK) send it themselves.
-    parameters = operation.get("parameters", [])
-    operation["parameters"] = [
-        p for p in parameters if (p.get("in"), p.get("name", "").lower()) != ("header", "accept")
-    ]
-    if not operation["parameters"]:
-        del operation["parameters"]
+    _drop_accept_parameter(operation)
     answers: dict[str, Any] = operation.setdefault("responses", {})
     added = [503]  # any route may find the database unavailable
     if operation.get("security"):  # the key check, which also takes from the rate limit
@@ -107,6 +99,22 @@ def _complete_operation(operation: dict[str, Any]) -> None:
             # Every error is the envelope, as JSON: not FastAPI's HTTPValidationError for
             # 422, nor the media type of a route's success answer (text/plain for /metrics).
             answer["content"] = {"application/json": {"schema": ENVELOPE_REF}}
+    _document_headers(operation, answers)
+
+
+def _drop_accept_parameter(operation: dict[str, Any]) -> None:
+    # Accept chooses between a JSON answer and a live stream (text/event-stream, documented
+    # beside it); as a parameter, a generated client would send it, get the stream and try
+    # to decode it as JSON. Clients that stream (EventSource, the SDK) send it themselves.
+    parameters = operation.get("parameters", [])
+    operation["parameters"] = [
+        p for p in parameters if (p.get("in"), p.get("name", "").lower()) != ("header", "accept")
+    ]
+    if not operation["parameters"]:
+        del operation["parameters"]
+
+
+def _document_headers(operation: dict[str, Any], answers: dict[str, Any]) -> None:
     for code, answer in answers.items():
         headers = answer.setdefault("headers", {})
         _document_header(headers, "X-Request-ID")
