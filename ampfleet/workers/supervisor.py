@@ -65,6 +65,8 @@ class RunningAttempt:
     started: float = field(default_factory=time.monotonic)
     last_news: float = field(default_factory=time.monotonic)
     """When rank 0 last reported anything: a hung rank stalls every rank's collectives."""
+    heard_from: bool = False
+    """Rank 0 has reported at least once: start-up (imports, data, rendezvous) is over."""
     stop_reason: str | None = None  # cancel | timeout | superseded | preempt | stalled
     kill_at: float | None = None
     feed: AttemptFeed = field(init=False)
@@ -275,8 +277,16 @@ class Supervisor:
             self._stop_attempt(attempt, "preempt")
         elif request.max_runtime_s and time.monotonic() - attempt.started > request.max_runtime_s:
             self._stop_attempt(attempt, "timeout")
-        elif time.monotonic() - attempt.last_news > self.settings.stall_timeout_s:
+        elif time.monotonic() - attempt.last_news > self._silence_allowed(attempt):
             self._stop_attempt(attempt, "stalled")
+
+    def _silence_allowed(self, attempt: RunningAttempt) -> float:
+        """The stall timeout is for a running job; until rank 0 first reports, its ranks are
+        still starting (importing torch, building data, meeting at the rendezvous), which on
+        a busy node can outlast a short stall timeout, so start-up gets the start timeout."""
+        if attempt.heard_from:
+            return self.settings.stall_timeout_s
+        return max(self.settings.stall_timeout_s, self.settings.start_timeout_s)
 
     def _stop_attempt(self, attempt: RunningAttempt, reason: str) -> None:
         if attempt.stop_reason:
@@ -316,6 +326,7 @@ class Supervisor:
         records = attempt.reader.read_new()
         if records:
             attempt.last_news = time.monotonic()
+            attempt.heard_from = True
         apply_records(session, job, request.attempt, records, attempt.feed, self.settings)
         ship_logs(session, job, request.attempt, attempt.feed, self.settings)
         sampled = attempt.telemetry.take(job.step)
