@@ -12,6 +12,7 @@ import uuid
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ampfleet.api.observability import http_metrics
+from ampfleet.api.options import path_template
 from ampfleet.core.logs import request_id
 
 log = logging.getLogger("ampfleet.access")
@@ -79,4 +80,5 @@ def route_label(scope: Scope, root_path: str) -> str:
         return f"{mounted.removeprefix(root_path)}/{{path}}"
     if "endpoint" in scope:  # a plain route (the OpenAPI document, the docs): fixed paths
         return str(scope["path"])
-    return "unmatched"
+    # OPTIONS (ours or a CORS preflight) and 405s run no route, but are about one.
+    return path_template(scope) or "unmatched"

@@ -9,7 +9,7 @@ answered by the CORS middleware before the request gets here.
 from __future__ import annotations
 
 from starlette.responses import Response
-from starlette.routing import Match, Mount
+from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 PROBED = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
@@ -34,9 +34,20 @@ class OptionsMiddleware:
 def path_methods(scope: Scope) -> set[str]:
     """The methods some route takes at the request's path, found by asking each route
     (included routers, too) whether it would take the request with that method."""
+    return {method for method in PROBED if _taking(scope, method)}
+
+
+def path_template(scope: Scope) -> str | None:
+    """The template of a route that takes the request's path with some method: what an
+    OPTIONS request (ours, or a CORS preflight) or a 405 is about, though no route ran."""
+    for method in PROBED:
+        if routes := _taking(scope, method):
+            return str(getattr(routes[0], "path", scope["path"]))
+    return None
+
+
+def _taking(scope: Scope, method: str) -> list[BaseRoute]:
+    if "app" not in scope:
+        return []
     routes = [route for route in scope["app"].router.routes if not isinstance(route, Mount)]
-    return {
-        method
-        for method in PROBED
-        if any(route.matches({**scope, "method": method})[0] is Match.FULL for route in routes)
-    }
+    return [r for r in routes if r.matches({**scope, "method": method})[0] is Match.FULL]
