@@ -83,6 +83,7 @@ def test_a_cancelled_preempted_job_keeps_its_slot_until_its_rank_exits(make_flee
     assert not any(Path(f"/proc/{pid}").exists() for pid in ranks)
 
 
+@pytest.mark.slow  # minutes of fleet time: the long tier
 def test_a_node_takes_other_starts_while_jobs_wait_for_their_rendezvous(make_fleet) -> None:
     fleet = make_fleet(cpu_slots=5)
     waiting = []
@@ -134,6 +135,7 @@ def test_a_node_takes_other_starts_while_jobs_wait_for_their_rendezvous(make_fle
         assert not any(e["reason"] == "rendezvous_timeout" for e in fleet.events(job_id))
 
 
+@pytest.mark.slow  # minutes of fleet time: the long tier
 def test_a_start_message_meeting_a_database_outage_is_retried(make_fleet) -> None:
     with private_postgres() as postgres:
         # A start timeout far away: only a retried message can start the job in time.
