@@ -3,9 +3,10 @@ store with Content-Length, ETag (the sha256), Range, If-Range and If-None-Match.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Response
+from fastapi import APIRouter, Depends, Header, Path, Response
 from fastapi.responses import StreamingResponse
 
 from ampfleet.api.artifacts import service
@@ -14,6 +15,7 @@ from ampfleet.api.auth import CurrentPrincipal
 from ampfleet.api.bounds import MAX_INT
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import responses
+from ampfleet.core.models import Artifact
 
 router = APIRouter(prefix="/v1/jobs", tags=["artifacts"])
 
@@ -25,6 +27,26 @@ IfRangeHeader = Annotated[
     Header(alias="If-Range", max_length=200, description="The ETag of the partial copy."),
 ]
 IfNoneMatchHeader = Annotated[str | None, Header(alias="If-None-Match", max_length=2000)]
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """What a download may be conditioned on: one range, and the client's copy's ETag."""
+
+    range_header: str | None
+    if_range: str | None
+    if_none_match: str | None
+
+
+def conditions(
+    range_header: RangeHeader = None,
+    if_range: IfRangeHeader = None,
+    if_none_match: IfNoneMatchHeader = None,
+) -> Conditions:
+    return Conditions(range_header, if_range, if_none_match)
+
+
+ConditionsDep = Annotated[Conditions, Depends(conditions)]
 DOWNLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The whole object, with Content-Length and ETag (the quoted sha256).",
@@ -59,16 +81,9 @@ def download_artifact(
     name: Annotated[str, Path(max_length=1000, description="As listed, e.g. model.safetensors.")],
     session: SessionDep,
     principal: CurrentPrincipal,
-    range_header: RangeHeader = None,
-    if_range: IfRangeHeader = None,
-    if_none_match: IfNoneMatchHeader = None,
+    asked: ConditionsDep,
 ) -> Response:
-    artifact = service.artifact_named(session, job_id, name, principal)
-    return _send(
-        service.download(
-            artifact, range_header=range_header, if_range=if_range, if_none_match=if_none_match
-        )
-    )
+    return _send(service.artifact_named(session, job_id, name, principal), asked)
 
 
 @router.get(
@@ -96,19 +111,18 @@ def download_checkpoint(
     step: Annotated[int, Path(ge=0, le=MAX_INT)],
     session: SessionDep,
     principal: CurrentPrincipal,
-    range_header: RangeHeader = None,
-    if_range: IfRangeHeader = None,
-    if_none_match: IfNoneMatchHeader = None,
+    asked: ConditionsDep,
 ) -> Response:
-    artifact = service.checkpoint_at(session, job_id, step, principal)
-    return _send(
-        service.download(
-            artifact, range_header=range_header, if_range=if_range, if_none_match=if_none_match
-        )
+    return _send(service.checkpoint_at(session, job_id, step, principal), asked)
+
+
+def _send(artifact: Artifact, asked: Conditions) -> Response:
+    download = service.download(
+        artifact,
+        range_header=asked.range_header,
+        if_range=asked.if_range,
+        if_none_match=asked.if_none_match,
     )
-
-
-def _send(download: service.Download) -> Response:
     if download.status == 304:
         return Response(status_code=304, headers=download.headers)
     return StreamingResponse(download.chunks, status_code=download.status, headers=download.headers)
