@@ -21,6 +21,7 @@ from ampfleet.core.settings import get_settings
 from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs
 from ampfleet.workers.rundir import RecordReader, RecordWriter, RunDir
 from ampfleet.workers.supervisor import LaunchRequest, RunningAttempt, Supervisor
+from ampfleet.workers.telemetry import RankTelemetry
 
 # A failing commit through a real database error: a trigger adds a row whose deferred
 # foreign key can never be satisfied, so COMMIT itself fails after every statement of the
@@ -138,7 +139,11 @@ def test_records_read_while_commits_fail_are_stored_once_afterwards(
         with open(os.devnull, "wb") as launcher_log:
             request = LaunchRequest(job_id, 1, 0, 1, 2, None, run_dir, None)
             attempt = RunningAttempt(
-                request, sleeper, launcher_log, RecordReader(run_dir.events_file)
+                request,
+                sleeper,
+                launcher_log,
+                RecordReader(run_dir.events_file),
+                RankTelemetry(sleeper.pid, settings.telemetry_interval_s),
             )
             supervisor = Supervisor(settings)
             supervisor._running[attempt.key] = attempt

@@ -125,6 +125,9 @@ def test_duplicate_start_message_launches_once(backend: str) -> None:
     agent.handle_start(job_id, 1, 0)
     agent.handle_start(job_id, 1, 0)  # redelivered
     agent.handle_start(job_id, 0, 0)  # stale attempt
+    # A launch goes through the single restore thread first; a no-op queued behind the
+    # starts returns once every launch they asked for has reached the supervisor's queue.
+    agent.supervisor.uploads._restores.submit(lambda: None).result(timeout=60)
     launched = []
     while not agent.supervisor._requests.empty():
         launched.append(agent.supervisor._requests.get_nowait())
