@@ -56,7 +56,7 @@ def test_worker_killed_mid_training_requeues_and_finishes_from_checkpoint(make_f
     # What the dead agent never stored is adopted from its folder; what came after the
     # checkpoint is reported again by the resumed attempt, and stored once.
     reported = count_reported(fleet.env["AMPFLEET_DATABASE_URL"], [job["id"]])
-    print(f"\nworker SIGKILL: {reported.summary()}")
+    print(f"\nworker SIGKILL: {reported.summary()}; {fleet.tally()}")
     reported.assert_complete()
 
 
@@ -82,7 +82,7 @@ def test_redis_down_for_30s_loses_nothing(make_fleet, tmp_path: Path) -> None:
         assert len(fleet.http.get("/v1/jobs").json()["items"]) == 4
         ids = [job["id"] for job in [first, *during]]
         reported = count_reported(fleet.env["AMPFLEET_DATABASE_URL"], ids)
-        print(f"\nRedis down 30 s: {reported.summary()}")
+        print(f"\nRedis down 30 s: {reported.summary()}; {fleet.tally()}")
         reported.assert_complete()
 
 
@@ -112,7 +112,7 @@ def test_postgres_restart_answers_503_then_recovers(make_fleet) -> None:
         )
         fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=300)
         reported = count_reported(postgres.url, [job["id"]])
-        print(f"\nPostgreSQL down 20 s: {reported.summary()}")
+        print(f"\nPostgreSQL down 20 s: {reported.summary()}; {fleet.tally()}")
         reported.assert_complete()
 
 

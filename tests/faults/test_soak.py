@@ -86,7 +86,8 @@ def test_soak_with_a_worker_killed_every_10s(make_fleet) -> None:
     print(
         f"\nsoak: {total} jobs, {kills} worker kills, {restarted} jobs restarted; "
         f"lost {len(lost)}, duplicate completions {len(duplicates)}, concurrent attempts "
-        f"{len(concurrent)}, not SUCCEEDED {len(not_finished)}; {reported.summary()}"
+        f"{len(concurrent)}, not SUCCEEDED {len(not_finished)}; {reported.summary()}; "
+        f"{fleet.tally()}"
     )
     assert (lost, duplicates, concurrent, not_finished) == ([], [], [], [])
     reported.assert_complete()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -68,7 +69,24 @@ class Fleet:
             **(extra_env or {}),
         }
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.http = httpx.Client(base_url=self.base_url, timeout=30)
+        self.answers: Counter[int] = Counter()
+        """Every status the API answered this fleet's client, for the fault tests' tallies."""
+        self.server_errors: list[str] = []
+        """5xx answers other than a 503 with Retry-After (the one way an outage may answer)."""
+        self.http = httpx.Client(
+            base_url=self.base_url, timeout=30, event_hooks={"response": [self._tally]}
+        )
+
+    def _tally(self, response: httpx.Response) -> None:
+        self.answers[response.status_code] += 1
+        planned_outage = response.status_code == 503 and "retry-after" in response.headers
+        if response.status_code >= 500 and not planned_outage:
+            request = response.request
+            self.server_errors.append(f"{request.method} {request.url.path} {response.status_code}")
+
+    def tally(self) -> str:
+        answered = ", ".join(f"{n} x {code}" for code, n in sorted(self.answers.items()))
+        return f"answers: {answered}; 5xx other than 503 + Retry-After: {len(self.server_errors)}"
 
     # -- processes ------------------------------------------------------------------------
 
@@ -242,6 +260,8 @@ def running_fleet(
             )
         stack.callback(fleet.stop)
         yield fleet.start()
+        # No test of a fleet may see a 500: faults answer 503 with Retry-After, or nothing.
+        assert fleet.server_errors == [], fleet.tally()
 
 
 def placed_on(fleet: Fleet, job_id: str, attempt: int) -> list[str]:
