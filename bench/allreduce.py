@@ -41,13 +41,13 @@ import torch
 import torch.distributed as dist
 
 from ampfleet.workers.training.allreduce import compressed_all_reduce_
-from ampfleet.workers.training.localranks import run_ranks
 from ampfleet.workers.training.ring import (
     PairDirections,
     Workspace,
     pair_average_,
     ring_average_,
 )
+from tests.support.localranks import run_ranks
 
 VARIANTS = ("fp32", "bf16", "fp16", "gloo_bf16", "ring_bf16", "wire", "casts")
 LINK_VARIANTS = ("fp32", "bf16", "fp16", "gloo_bf16", "ring_bf16", "swap", "gather")

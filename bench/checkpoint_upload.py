@@ -26,11 +26,11 @@ from pathlib import Path
 
 import torch
 
-from ampfleet.workers.training.localranks import run_ranks
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.recipes.gpt_bench import GPTBenchHyperparameters, build
 from ampfleet.workers.training.task import RecipeContext
 from bench.step import CPU_MODEL
+from tests.support.localranks import run_ranks
 
 MODES = ("none", "upload")
 

@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 from ampfleet.core.recipes import get_recipe
-from ampfleet.workers.training.localranks import run_ranks
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.task import RecipeContext
+from tests.support.localranks import run_ranks
 
 CHARLM = {
     "d_model": 128,

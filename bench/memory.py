@@ -23,11 +23,11 @@ from typing import Any
 import torch
 
 from ampfleet.recipes.gpt_bench import GPTBenchHyperparameters
-from ampfleet.workers.training.localranks import run_ranks
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.parallel import MB, STATE_BYTES_PER_PARAMETER, ParallelConfig
 from ampfleet.workers.training.recipes.gpt_bench import build
 from ampfleet.workers.training.task import RecipeContext
+from tests.support.localranks import run_ranks
 
 MODES = [("ddp", "fp32"), ("ddp", "bf16"), ("fsdp", "bf16")]
 

@@ -23,11 +23,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ampfleet.workers.training.localranks import run_ranks
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.parallel import ParallelConfig
 from ampfleet.workers.training.recipes.gpt_bench import GPTBenchHyperparameters, build
 from ampfleet.workers.training.task import RecipeContext
+from tests.support.localranks import run_ranks
 
 CPU_MODEL = {
     "d_model": 512,

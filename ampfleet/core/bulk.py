@@ -23,7 +23,8 @@ def insert_rows(
     connection = session.connection()
     if connection.dialect.name == "postgresql" and len(rows) >= COPY_THRESHOLD:
         raw = connection.connection.driver_connection  # a psycopg (3) connection
-        assert raw is not None
+        if raw is None:  # the pool invalidated it under us
+            raise RuntimeError("the database connection was closed before its COPY")
         column_list = ", ".join(columns)
         with (
             raw.cursor() as cursor,

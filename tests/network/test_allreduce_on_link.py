@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ampfleet.workers.training.localranks import run_ranks
 from tests.network import ranks
+from tests.support.localranks import run_ranks
 from tests.support.netbed import network_bed
 
 pytestmark = pytest.mark.usefixtures("netbed_available")

@@ -13,7 +13,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ampfleet.workers.training.allreduce import AllReduceState, attach
-from ampfleet.workers.training.localranks import run_ranks
+from tests.support.localranks import run_ranks
 
 MAX_RELATIVE_ERROR = 2e-3
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from ampfleet.workers.training.localranks import run_ranks
+from tests.support.localranks import run_ranks
 from tests.support.training import train_recipe
 
 SMALL_CHARLM = {

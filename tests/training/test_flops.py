@@ -19,8 +19,8 @@ from ampfleet.workers.training.flops import (
     table_peak,
     utilisation,
 )
-from ampfleet.workers.training.localranks import run_ranks
 from ampfleet.workers.training.task import TrainingTask
+from tests.support.localranks import run_ranks
 from tests.support.training import records, train_recipe
 
 BATCH, IN, HIDDEN, OUT, ACCUM = 16, 64, 48, 10, 2

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
 from ampfleet.workers.training import checkpoint
-from ampfleet.workers.training.localranks import RankFailedError, run_ranks
+from tests.support.localranks import RankFailedError, run_ranks
 from tests.support.training import dump, losses, records, train_recipe
 from tests.training.test_convergence import SMALL_CHARLM
 

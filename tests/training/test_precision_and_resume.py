@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampfleet.workers.training.localranks import RankFailedError, run_ranks
+from tests.support.localranks import RankFailedError, run_ranks
 from tests.support.training import dump, losses, records, train_recipe
 
 

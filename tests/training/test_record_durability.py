@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ampfleet.workers.rundir import RecordReader
 from ampfleet.workers.training import checkpoint
-from ampfleet.workers.training.localranks import run_ranks
+from tests.support.localranks import run_ranks
 from tests.support.training import train_recipe
 
 

@@ -29,6 +29,7 @@ from torch.distributed import GradBucket  # type: ignore[attr-defined]
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
+from ampfleet.workers.training.group import started
 from ampfleet.workers.training.precision import DTYPES
 from ampfleet.workers.training.ring import CommThread, PairDirections, Workspace, wire_average_
 
@@ -116,9 +117,8 @@ def allreduce_hook(state: AllReduceState, bucket: GradBucket) -> torch.futures.F
 
     if state.dtype == torch.float32:
         buffer.div_(world_size)
-        work = dist.all_reduce(buffer, async_op=True)
-        assert work is not None
-        return work.get_future().then(lambda fut: fut.value()[0])  # type: ignore[no-any-return]
+        work = started(dist.all_reduce(buffer, async_op=True))
+        return work.get_future().then(lambda fut: fut.value()[0])
 
     checking = state.guard_every > 0 and bucket.index() == 0 and state.step % state.guard_every == 0
     reference = buffer.div(world_size) if checking else None

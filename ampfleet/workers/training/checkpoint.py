@@ -98,6 +98,10 @@ def artifact_record(checkpoint: Path, step: int, lineage: dict[str, Any]) -> dic
 Published = Callable[[Path, int, dict[str, Any]], None]
 
 
+_PendingSave = tuple[int, Future[Any], dict[str, Any]]
+"""(step, the save's future, its meta) of the save in flight."""
+
+
 class CheckpointManager:
     """One rank's side of the checkpoints: at most one save in flight; rank 0 publishes."""
 
@@ -117,7 +121,7 @@ class CheckpointManager:
         self.before_publish = before_publish
         self.on_published = on_published
         self.storage_writer = storage_writer
-        self._pending: tuple[int, Future[Any], dict[str, Any]] | None = None
+        self._pending: _PendingSave | None = None
         self.last_step: int | None = None
         """The step of the latest save started here."""
         self._group: dist.ProcessGroup | None = None
@@ -147,19 +151,20 @@ class CheckpointManager:
         future = async_save(
             state, storage_writer=self.storage_writer(partial), process_group=self.group
         )
-        assert isinstance(future, Future)  # no custom stager: always a plain future
+        if not isinstance(future, Future):  # only a custom stager answers anything else
+            raise TypeError(f"async_save answered a {type(future).__name__}, not a Future")
         self._pending = (step, future, meta)
         self.last_step = step
 
     def poll(self) -> None:
         """Publishes the save in flight if it is finished; never waits."""
         if self._pending is not None and self._pending[1].done():
-            self._publish()
+            self._publish(self._pending)
 
     def wait(self) -> None:
         """Blocks until the save in flight (if any) is persisted and published."""
         if self._pending is not None:
-            self._publish()
+            self._publish(self._pending)
 
     def close(self) -> None:
         try:
@@ -169,9 +174,8 @@ class CheckpointManager:
                 dist.destroy_process_group(self._group)
                 self._group = None
 
-    def _publish(self) -> None:
-        assert self._pending is not None
-        step, future, meta = self._pending
+    def _publish(self, pending: _PendingSave) -> None:
+        step, future, meta = pending
         self._pending = None
         future.result()  # a failed save raises here, and nothing is published
         if self.rank != 0:

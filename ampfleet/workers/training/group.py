@@ -20,3 +20,11 @@ def leave_process_group(*, completed: bool) -> None:
         with contextlib.suppress(RuntimeError):  # a peer that died: leave all the same
             dist.barrier()
     dist.destroy_process_group()
+
+
+def started(work: dist.Work | None) -> dist.Work:
+    """The handle of an asynchronous collective or send. torch answers None on a rank outside
+    the collective's group; ours never leave a rank out, so None is a broken group."""
+    if work is None:
+        raise RuntimeError("this rank is not in the process group of the collective it started")
+    return work

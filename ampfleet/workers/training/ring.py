@@ -31,6 +31,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ampfleet.workers.training.group import started
+
 # Below this many elements per rank a ring's fixed costs dominate: use gloo's own reduce.
 MIN_RING_ELEMENTS_PER_RANK = 4096
 # fp32 += bf16 in one op takes torch's mixed-dtype path, 2-3x slower than widening a slice
@@ -158,11 +160,12 @@ def pipelined_pair_average_(
 
     for index in range(chunks):
         mine[index].copy_(source[index].div_(2))
-        works = [
-            dist.isend(mine[index], peer, group=send_group),
-            dist.irecv(theirs[index], peer, group=receive_group),
-        ]
-        in_flight.append(works)  # type: ignore[arg-type]  # None only outside the group
+        in_flight.append(
+            [
+                started(dist.isend(mine[index], peer, group=send_group)),
+                started(dist.irecv(theirs[index], peer, group=receive_group)),
+            ]
+        )
         if index:
             finish(index - 1)
     finish(chunks - 1)
@@ -219,9 +222,7 @@ def ring_average_(
 def _start_exchange(
     outgoing: torch.Tensor, send_to: int, incoming: torch.Tensor, receive_from: int
 ) -> list[dist.Work]:
-    works = [dist.isend(outgoing, send_to), dist.irecv(incoming, receive_from)]
-    assert all(w is not None for w in works)  # None only for ranks outside the group
-    return works  # type: ignore[return-value]
+    return [started(dist.isend(outgoing, send_to)), started(dist.irecv(incoming, receive_from))]
 
 
 def _wait(works: list[dist.Work]) -> None:
