@@ -8,6 +8,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from ampfleet import __version__
 from ampfleet.api.artifacts.router import router as artifacts_router
 from ampfleet.api.bundles.router import router as bundles_router
+from ampfleet.api.datasets.router import router as datasets_router
 from ampfleet.api.diagnosis.router import router as diagnosis_router
 from ampfleet.api.errors import install_error_handlers
 from ampfleet.api.health.router import router as health_router
@@ -74,6 +75,7 @@ def create_app() -> FastAPI:
     app.include_router(logs_router)
     app.include_router(artifacts_router)
     app.include_router(bundles_router)
+    app.include_router(datasets_router)
     app.include_router(nodes_router)
     app.include_router(queue_router)
     app.include_router(recipes_router)

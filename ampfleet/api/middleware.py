@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ampfleet.api.errors import ErrorDetail, error_response
 
-UPLOAD_PATHS = frozenset({"/v1/bundles"})
+UPLOAD_PATHS = frozenset({"/v1/bundles", "/v1/datasets"})
 
 
 def _is_upload(scope: Scope) -> bool:

@@ -322,6 +322,31 @@ class Bundle(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class Dataset(Base):
+    """One version of a user's named dataset: an archive (checked before it was listed) or a
+    single file, whole in the artifact store under `sha256/<sha256>`. Versions count up per
+    project and name; the same bytes uploaded again under a name are its existing version."""
+
+    __tablename__ = "datasets"
+    __table_args__ = (
+        UniqueConstraint("project", "name", "version", name="uq_datasets_project_name_version"),
+        UniqueConstraint("project", "name", "sha256", name="uq_datasets_project_name_sha256"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(String(64), index=True, comment="names the object")
+    size: Mapped[int] = mapped_column(BigInteger, comment="bytes as uploaded")
+    format: Mapped[str] = mapped_column(String(8), comment="zip | tar.gz | file")
+    filename: Mapped[str | None] = mapped_column(String(255), comment="of a single-file dataset")
+    file_count: Mapped[int] = mapped_column(Integer)
+    unpacked_size: Mapped[int] = mapped_column(BigInteger)
+    files: Mapped[list[Any]] = mapped_column(JSON, comment="[{path, size, kind}], as unpacked")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class OutboxMessage(Base):
     """A Celery message written in the same transaction as the decision it carries."""
 

@@ -156,6 +156,14 @@ class Settings(BaseSettings):
         description="What contains ranks that run bundled code (where bwrap cannot run, "
         "bundled code is refused at submit); 'none' runs it unconfined, for trusted users.",
     )
+    max_dataset_bytes: int = Field(
+        2 << 30, gt=0, description="Largest dataset upload (archive or file); larger get 413."
+    )
+    data_roots: list[Path] = Field(
+        default_factory=list,
+        description="Shared-filesystem folders a spec's inputs may name as file:///... (a "
+        'JSON list, e.g. ["/mnt/datasets"]); none by default. Mounted alike on every node.',
+    )
     max_archive_unpacked_bytes: int = Field(
         1 << 30, gt=0, description="Bytes an uploaded archive may unpack to; more get 422."
     )

@@ -20,6 +20,15 @@ SafeName = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 ]
 LabelValue = Annotated[str, StringConstraints(max_length=256)]
+_DATASET_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+DatasetName = Annotated[str, StringConstraints(pattern=rf"^{_DATASET_NAME}$")]
+InputRef = Annotated[
+    str,
+    StringConstraints(
+        max_length=1024, pattern=rf"^(file:///[^\x00]+|{_DATASET_NAME}(@[1-9][0-9]{{0,8}})?)$"
+    ),
+]
+MAX_INPUTS = 16
 MAX_HYPERPARAMETERS = 64
 
 
@@ -187,6 +196,14 @@ class JobSpec(_Strict):
         description="A registered recipe (GET /v1/recipes); or give `code`.",
     )
     hyperparameters: dict[str, Any] = Field(default_factory=dict, max_length=MAX_HYPERPARAMETERS)
+    inputs: dict[SafeName, InputRef] = Field(
+        default_factory=dict,
+        max_length=MAX_INPUTS,
+        description="Read-only inputs of every rank, by the name the recipe reads them under "
+        "(`ctx.inputs[name]`): `dataset@version` (or `dataset`, its newest version when "
+        "submitted) from POST /v1/datasets, or `file:///...` under a folder the operator "
+        "allows (AMPFLEET_DATA_ROOTS).",
+    )
     resources: Resources = Field(default_factory=Resources)
     precision: Precision = Precision.AUTO
     allreduce_dtype: Precision = Precision.AUTO

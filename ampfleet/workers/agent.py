@@ -14,6 +14,7 @@ import json
 import logging
 import socket
 import threading
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -26,6 +27,7 @@ from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, JobState
 from ampfleet.workers.bundles import bundle_dir, ensure_unpacked
+from ampfleet.workers.inputs import ensure_inputs, local_paths
 from ampfleet.workers.node import Capacity, detect_capacity
 from ampfleet.workers.rendezvous import RendezvousWaiter
 from ampfleet.workers.rundir import RunDir
@@ -168,6 +170,7 @@ class NodeAgent:
                 rendezvous = f"{self.settings.node_address}:{_free_port()}"
                 allocations[0].rendezvous = rendezvous
             run_dir = self._prepare_run_dir(job, node_rank)
+            brought = self._brought(job)
             return LaunchRequest(
                 job_id=job_id,
                 attempt=attempt,
@@ -177,7 +180,8 @@ class NodeAgent:
                 rendezvous=rendezvous,
                 run_dir=run_dir,
                 max_runtime_s=job.resolved["stop"].get("max_runtime_s"),
-                code_dir=self._code_dir(job).get("code_dir"),
+                code_dir=brought.get("code_dir"),
+                input_paths=tuple(brought["inputs"].values()),
             )
 
     def _still_wanted(self, session: Session, job: Job) -> bool:
@@ -228,33 +232,45 @@ class NodeAgent:
                     "checkpoint_dir": str(self.settings.checkpoints_dir / job.id),
                     "process_group_timeout_s": PROCESS_GROUP_TIMEOUT_S,
                     "metrics_flush_s": self.settings.metrics_flush_s,
-                    **self._code_dir(job),
+                    **self._brought(job),
                 }
             )
         )
         return run_dir
 
-    def _code_dir(self, job: Job) -> dict[str, str]:
-        code = job.resolved.get("code")
-        return {"code_dir": str(bundle_dir(self.settings, code["sha256"]))} if code else {}
+    def _brought(self, job: Job) -> dict[str, Any]:
+        """What the job file says of the user's code and inputs: where they are on this node."""
+        code, inputs = job.resolved.get("code"), job.resolved.get("inputs") or {}
+        brought: dict[str, Any] = {"inputs": local_paths(self.settings, inputs)}
+        if code:
+            brought["code_dir"] = str(bundle_dir(self.settings, code["sha256"]))
+        return brought
 
     def _code_ready(self, request: LaunchRequest) -> bool:
-        """Fetch and unpack the job's bundle (outside the claim's transaction: it may take a
-        while); one that cannot be fetched or unpacked fails the job, and frees the slots."""
+        """Fetch the job's bundle and inputs (outside the claim's transaction: it may take a
+        while); what cannot be fetched or unpacked fails the job, and frees the slots."""
         with session_scope() as session:
             job = session.get(Job, request.job_id)
             code = job.resolved.get("code") if job else None
-        if not code:
-            return True
+            inputs = (job.resolved.get("inputs") or {}) if job else {}
+        if code:
+            try:
+                problem = bubblewrap_problem() if self.settings.sandbox == "bubblewrap" else None
+                if problem:
+                    raise RuntimeError(f"this node cannot sandbox bundled code: {problem}")
+                ensure_unpacked(self.settings, code["sha256"])
+            except Exception as exc:  # a refused archive, a store that is down: said in words
+                return self._fail_before_launch(
+                    request, "bundle_error", f"code bundle {code['bundle']}: {exc}"
+                )
         try:
-            problem = bubblewrap_problem() if self.settings.sandbox == "bubblewrap" else None
-            if problem:
-                raise RuntimeError(f"this node cannot sandbox bundled code: {problem}")
-            ensure_unpacked(self.settings, code["sha256"])
-            return True
-        except Exception as exc:  # a refused archive, a store that is down: said in words
-            reason = f"code bundle {code['bundle']}: {exc}"
-            log.warning("job %s: %s", request.job_id, reason)
+            ensure_inputs(self.settings, inputs)
+        except Exception as exc:
+            return self._fail_before_launch(request, "input_error", str(exc))
+        return True
+
+    def _fail_before_launch(self, request: LaunchRequest, reason: str, message: str) -> bool:
+        log.warning("job %s: %s", request.job_id, message)
         with session_scope() as session:
             transition(
                 session,
@@ -262,9 +278,9 @@ class NodeAgent:
                 JobState.FAILED,
                 from_states=LAUNCHED_STATES,
                 attempt=request.attempt,
-                reason="bundle_error",
-                message=reason,
-                failure_reason=reason,
+                reason=reason,
+                message=message,
+                failure_reason=message,
             )
             release_node_share(session, request.job_id, request.attempt, request.node_rank)
         return False

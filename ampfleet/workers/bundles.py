@@ -1,15 +1,16 @@
-"""A node's cache of unpacked code bundles.
+"""A node's cache of what jobs bring: unpacked code bundles and datasets.
 
-Each bundle's bytes are fetched from the store and unpacked once per node, by content, into
-`<data dir>/bundles/<sha256>/`: checked again here (the node trusts no archive it did not
+Each object's bytes are fetched from the store and unpacked once per node, by content, into
+`<data dir>/<kind>/<sha256>/`: checked again here (the node trusts no archive it did not
 check itself), unpacked into a hidden folder and renamed into place, so a rank never sees
 half a tree and two jobs of the same bytes share one. Only the node agent runs this: ranks
-hold no store credentials, and import the tree it leaves.
+hold no store credentials, and read the tree it leaves.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from ampfleet.core.archives import ArchiveLimits, unpack_archive
@@ -17,31 +18,47 @@ from ampfleet.core.artifacts import ArtifactNotFoundError, get_store, object_key
 from ampfleet.core.settings import Settings
 
 
+def cache_dir(settings: Settings, kind: str, sha256: str) -> Path:
+    return settings.data_dir.resolve() / kind / object_key(sha256).removeprefix("sha256/")
+
+
 def bundle_dir(settings: Settings, sha256: str) -> Path:
-    return settings.data_dir.resolve() / "bundles" / object_key(sha256).removeprefix("sha256/")
+    return cache_dir(settings, "bundles", sha256)
 
 
-def ensure_unpacked(settings: Settings, sha256: str) -> Path:
-    """The bundle's unpacked tree on this node, fetched and unpacked if not there yet."""
-    target = bundle_dir(settings, sha256)
-    if target.is_dir():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    limits = ArchiveLimits(
+def archive_limits(settings: Settings) -> ArchiveLimits:
+    return ArchiveLimits(
         max_files=settings.max_archive_files,
         max_unpacked_bytes=settings.max_archive_unpacked_bytes,
     )
+
+
+def fetch_once(target: Path, sha256: str, what: str, fill: Callable[[Path, Path], None]) -> Path:
+    """`target`, made if not there yet: `fill(downloaded_object, tree)` builds the tree that
+    is then renamed into place."""
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".incoming-") as incoming:
-        archive = Path(incoming) / "archive"
+        downloaded = Path(incoming) / "object"
         try:
-            get_store().download_to(object_key(sha256), archive)
+            get_store().download_to(object_key(sha256), downloaded)
         except ArtifactNotFoundError:
-            raise LookupError(f"the bundle's bytes ({sha256[:12]}) are no longer stored") from None
+            raise LookupError(f"the {what}'s bytes ({sha256[:12]}) are no longer stored") from None
         tree = Path(incoming) / "tree"
-        unpack_archive(archive, tree, limits)
+        fill(downloaded, tree)
         try:
             tree.rename(target)
         except OSError:
             if not target.is_dir():  # not another job's unpacking of the same bytes
                 raise
     return target
+
+
+def ensure_unpacked(settings: Settings, sha256: str) -> Path:
+    """The bundle's unpacked tree on this node, fetched and unpacked if not there yet."""
+
+    def unpack(archive: Path, tree: Path) -> None:
+        unpack_archive(archive, tree, archive_limits(settings))
+
+    return fetch_once(bundle_dir(settings, sha256), sha256, "bundle", unpack)

@@ -53,6 +53,7 @@ class LaunchRequest:
     run_dir: RunDir
     max_runtime_s: int | None
     code_dir: str | None = None  # set: the ranks run bundled code, in the sandbox if on
+    input_paths: tuple[str, ...] = ()  # the job's inputs on this node: read-only in the sandbox
 
 
 @dataclass
@@ -186,7 +187,7 @@ class Supervisor:
                 command,
                 data_dir=self.settings.data_dir.resolve(),
                 writable=[run_dir.path, checkpoints],
-                readable=[Path(request.code_dir)],
+                readable=[Path(request.code_dir), *map(Path, request.input_paths)],
             )
         process = subprocess.Popen(
             command,

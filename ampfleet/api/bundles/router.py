@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, BackgroundTasks, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
+from ampfleet.api import uploads
 from ampfleet.api.auth import CurrentPrincipal
 from ampfleet.api.bundles import service
 from ampfleet.api.bundles.schemas import BundleDetail, BundleList
@@ -54,8 +55,8 @@ async def upload(
 ) -> BundleDetail:
     target = project or principal.project
     await run_in_threadpool(service.check_may_upload, session, principal, target)
-    with tempfile.NamedTemporaryFile(dir=service.spool_folder(), suffix=".part") as out:
-        spooled = await service.spool(request, out, Path(out.name))
+    with tempfile.NamedTemporaryFile(dir=uploads.spool_folder(), suffix=".part") as out:
+        spooled = await uploads.spool(request, out, Path(out.name), service.upload_limit())
         bundle, created = await run_in_threadpool(service.create, session, target, spooled)
     if not created:
         response.status_code = status.HTTP_200_OK
@@ -100,5 +101,5 @@ def delete_bundle(
     bundle_id: str, session: SessionDep, principal: CurrentPrincipal, background: BackgroundTasks
 ) -> Response:
     sha256 = service.delete(session, bundle_id, principal)
-    background.add_task(service.drop_object_if_unreferenced, sha256)
+    background.add_task(uploads.drop_object_if_unreferenced, sha256)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

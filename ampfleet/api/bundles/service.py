@@ -1,21 +1,15 @@
 """Rules of code bundles: who may upload, the size limit, the archive checks, one bundle per
 project and content, and when the object goes.
 
-The body is spooled to a file next to the store while it is counted and hashed (a bundle is
-never held in memory, and one over the limit is cut off at the limit), checked as an archive
+The body is spooled (`api.uploads`), checked as an archive
 (`core.archives`) and only then put into the store and listed. Nothing in it is unpacked or
 run here: the API only reads the archive's directory.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from dataclasses import dataclass
-from pathlib import Path
-from typing import IO
 
-from fastapi import Request
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -25,27 +19,18 @@ from ampfleet.api.bundles.schemas import BundleDetail, BundleList, BundleOut
 from ampfleet.api.errors import (
     ConflictError,
     NotFoundError,
-    PayloadTooLargeError,
     ServiceUnavailableError,
     UnprocessableError,
 )
-from ampfleet.core.archives import ArchiveLimits, ArchiveRefusedError, inspect_archive
-from ampfleet.core.artifacts import get_store, object_key
-from ampfleet.core.artifacts.catalog import unreferenced
+from ampfleet.api.uploads import Spooled, UploadLimit, archive_limits
+from ampfleet.core.archives import ArchiveRefusedError, inspect_archive
+from ampfleet.core.artifacts import get_store
 from ampfleet.core.custom_code import custom_code_allowed, custom_code_refusal
-from ampfleet.core.db import session_scope
 from ampfleet.core.ids import new_id
 from ampfleet.core.models import Bundle
 from ampfleet.core.settings import get_settings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Spooled:
-    path: Path
-    size: int
-    sha256: str
 
 
 def check_may_upload(session: Session, principal: Principal, project: str) -> None:
@@ -55,48 +40,11 @@ def check_may_upload(session: Session, principal: Principal, project: str) -> No
         raise ForbiddenError(custom_code_refusal(project))
 
 
-def too_large() -> PayloadTooLargeError:
-    limit = get_settings().max_bundle_bytes
-    error = PayloadTooLargeError(
-        f"the bundle is larger than AMPFLEET_MAX_BUNDLE_BYTES = {limit} bytes "
-        f"({limit / (1 << 20):.1f} MiB); leave out data and build outputs, or upload data "
-        "as a dataset"
-    )
-    error.headers = {"connection": "close"}  # the rest of the body is not read
-    return error
-
-
-async def spool(request: Request, out: IO[bytes], path: Path) -> Spooled:
-    """Writes the request body to `out`, counting and hashing it; 413 past the limit."""
-    limit = get_settings().max_bundle_bytes
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise too_large()
-    digest = hashlib.sha256()
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large()
-        digest.update(chunk)
-        out.write(chunk)
-    out.flush()
-    if size == 0:
-        raise UnprocessableError.for_field("body", "empty; send the archive's bytes")
-    return Spooled(path=path, size=size, sha256=digest.hexdigest())
-
-
-def spool_folder() -> Path:
-    folder = get_settings().data_dir.resolve() / "uploads"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-def archive_limits() -> ArchiveLimits:
-    settings = get_settings()
-    return ArchiveLimits(
-        max_files=settings.max_archive_files,
-        max_unpacked_bytes=settings.max_archive_unpacked_bytes,
+def upload_limit() -> UploadLimit:
+    return UploadLimit(
+        get_settings().max_bundle_bytes,
+        "AMPFLEET_MAX_BUNDLE_BYTES",
+        "leave out data and build outputs, or upload data as a dataset",
     )
 
 
@@ -170,17 +118,6 @@ def delete(session: Session, bundle_id: str, principal: Principal) -> str:
     session.delete(row)
     session.flush()
     return row.sha256
-
-
-def drop_object_if_unreferenced(sha256: str) -> None:
-    """After the deleting transaction committed: the object goes when no row names it."""
-    with session_scope() as session:
-        garbage = unreferenced(session, [sha256])
-    for digest in garbage:
-        try:
-            get_store().delete(object_key(digest))
-        except Exception as exc:  # an object left behind costs space, never correctness
-            log.warning("bundle object %s not deleted: %s", digest, type(exc).__name__)
 
 
 def _detail(row: Bundle) -> BundleDetail:

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import ForbiddenError, Principal
 from ampfleet.api.bundles import repository as bundles
+from ampfleet.api.jobs.inputs import resolve_inputs
 from ampfleet.api.errors import (
     ConflictError,
     ErrorDetail,
@@ -138,6 +139,7 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
     resolved = resolve(spec)
     if spec.code is not None:
         resolved["code"]["sha256"] = code_bundle(session, spec.project, spec.code).sha256
+    resolved["inputs"] = resolve_inputs(session, spec.project, spec.inputs)
     admit(session, spec, resolved)
     job = Job(
         id=new_id("job"),

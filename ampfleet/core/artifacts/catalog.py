@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from ampfleet.core.artifacts import StoredObject
 from ampfleet.core.ids import new_id
-from ampfleet.core.models import Artifact, Bundle, Job
+from ampfleet.core.models import Artifact, Bundle, Dataset, Job
 
 CHECKPOINT = "checkpoint"
 TAR = "application/x-tar"
@@ -95,6 +95,7 @@ def unreferenced(session: Session, sha256s: Iterable[str]) -> list[str]:
         return []
     still = set(session.scalars(select(Artifact.sha256).where(Artifact.sha256.in_(wanted))))
     still |= set(session.scalars(select(Bundle.sha256).where(Bundle.sha256.in_(wanted))))
+    still |= set(session.scalars(select(Dataset.sha256).where(Dataset.sha256.in_(wanted))))
     return sorted(wanted - still)
 
 

@@ -97,6 +97,7 @@ def run(
         device=device,
         seed=spec["seed"],
         output_dir=run_dir.output_dir,
+        inputs={name: Path(path) for name, path in job.get("inputs", {}).items()},
     )
     task = recipe.build(hyperparameters, context)
     seed_everything(spec["seed"] + rank)

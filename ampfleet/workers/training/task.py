@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,9 @@ class RecipeContext:
     """Where the recipe may write files to keep (plots, tokenizers, samples): after a
     completed run, what is in the first node's folder is listed as `outputs/<path>`
     artifacts. Ranks of one node share it; None outside a job."""
+    inputs: Mapping[str, Path] = field(default_factory=dict)
+    """The spec's `inputs`, read-only, by name: the folder of an archive dataset or a shared
+    folder, the path of a single-file dataset."""
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""Datasets: named, versioned, content-addressed inputs of jobs."""

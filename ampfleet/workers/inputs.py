@@ -1,0 +1,71 @@
+"""A job's inputs on a node: where each is, fetched before the ranks start.
+
+A dataset (resolved at submit to its sha256) is fetched once per node into
+`<data dir>/datasets/<sha256>/`: an archive unpacked there (checked as bundles are), a single
+file kept under its name. Ranks get the folder of an archive and the path of a single file.
+A `file:///...` input is a shared folder the operator allows: checked again here against
+this node's AMPFLEET_DATA_ROOTS, after links are followed, and never copied.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ampfleet.core.archives import unpack_archive
+from ampfleet.core.settings import Settings
+from ampfleet.workers.bundles import archive_limits, cache_dir, fetch_once
+
+
+def local_path(settings: Settings, item: Mapping[str, Any]) -> Path:
+    """Where the ranks read one resolved input on this node."""
+    if "path" in item:
+        return Path(item["path"])
+    folder = cache_dir(settings, "datasets", item["sha256"])
+    return folder / item["filename"] if item.get("filename") else folder
+
+
+def local_paths(settings: Settings, inputs: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    return {name: str(local_path(settings, item)) for name, item in inputs.items()}
+
+
+def ensure_inputs(settings: Settings, inputs: Mapping[str, Mapping[str, Any]]) -> None:
+    """Fetch what this node lacks; raises with the input's name in the message."""
+    for name, item in inputs.items():
+        try:
+            if "path" in item:
+                _check_shared(settings, Path(item["path"]))
+            else:
+                _fetch_dataset(settings, item)
+        except (OSError, LookupError, ValueError) as exc:
+            raise RuntimeError(f"input {name!r}: {exc}") from exc
+
+
+def under_roots(path: Path, roots: list[Path]) -> bool:
+    """`path` (made absolute and normal) is one of `roots` or inside one."""
+    normal = Path(os.path.normpath(path))
+    return any(normal.is_relative_to(Path(os.path.normpath(root))) for root in roots)
+
+
+def _check_shared(settings: Settings, path: Path) -> None:
+    real = path.resolve()
+    if not under_roots(real, [root.resolve() for root in settings.data_roots]):
+        raise ValueError(f"{path} is not under this node's AMPFLEET_DATA_ROOTS")
+    if not real.exists():
+        raise FileNotFoundError(f"{path} does not exist on this node")
+
+
+def _fetch_dataset(settings: Settings, item: Mapping[str, Any]) -> None:
+    filename = item.get("filename")
+
+    def fill(downloaded: Path, tree: Path) -> None:
+        if filename:
+            tree.mkdir()
+            downloaded.rename(tree / filename)
+        else:
+            unpack_archive(downloaded, tree, archive_limits(settings))
+
+    what = f"dataset {item.get('name')}@{item.get('version')}"
+    fetch_once(cache_dir(settings, "datasets", item["sha256"]), item["sha256"], what, fill)
