@@ -26,8 +26,10 @@ class ClientBase(Generic[HttpT]):
         max_retry_after: float = 60.0,
         max_reconnects: int = 5,
     ) -> None:
-        """`base_url` defaults to AMPFLEET_URL (else http://127.0.0.1:8000); `api_key` to
-        AMPFLEET_API_KEY, else the key in `var/admin.key` under the current folder. Answers
+        """`base_url` defaults to AMPFLEET_URL, else to where the server's own settings
+        (AMPFLEET_API_HOST, AMPFLEET_API_PORT: http://127.0.0.1:8000 unset) make it listen;
+        `api_key` to AMPFLEET_API_KEY, else the key in `var/admin.key` under the current
+        folder (both from the environment or `.env`, as the server reads them). Answers
         429 are retried `max_retries` times after their Retry-After (when that is at most
         `max_retry_after` seconds); a live stream reconnects from its last frame, up to
         `max_reconnects` times in a row."""
