@@ -3,15 +3,20 @@
 Every process changes job state only through `transition`: the UPDATE names the states it
 may leave (and, where given, the attempt it is about), so a stale or duplicate actor changes
 nothing and learns so from the return value. Terminal states never change.
+
+What a change leaves behind (its event row and its webhook notifications) is written by
+`record_transitions` alone, for one change or a whole pass's: the submit that creates a job
+in QUEUED and the scheduler's bulk placement UPDATE use it as `transition` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import timedelta
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from ampfleet.core import webhooks
@@ -26,6 +31,56 @@ class IllegalTransitionError(ValueError):
 
 class JobVanishedError(LookupError):
     """A job row that this transaction just changed is gone (deleted under it)."""
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A state change already made in this transaction, as its event row tells it."""
+
+    job_id: str
+    project: str
+    attempt: int
+    from_state: JobState | None  # None: the job was just submitted
+    to_state: JobState
+    reason: str
+    message: str = ""
+
+
+def record_transitions(session: Session, changes: Sequence[Transition], *, at: datetime) -> None:
+    """The bookkeeping of state changes already made: one event row each (a single
+    multi-row INSERT) and a notification to every webhook of the job's project that asked
+    for the new state (one query for all the projects, none for those known to have none)."""
+    if not changes:
+        return
+    session.execute(
+        insert(JobEvent),
+        [
+            {
+                "job_id": change.job_id,
+                "attempt": change.attempt,
+                "time": at,
+                "kind": "transition",
+                "from_state": change.from_state.value if change.from_state else None,
+                "to_state": change.to_state.value,
+                "reason": change.reason,
+                "message": change.message,
+            }
+            for change in changes
+        ],
+    )
+    subscribers = webhooks.subscribers(session, {change.project for change in changes})
+    for change in changes:
+        webhooks.state_changed(
+            session,
+            subscribers.get(change.project, []),
+            project=change.project,
+            job_id=change.job_id,
+            attempt=change.attempt,
+            from_state=change.from_state.value if change.from_state else None,
+            to_state=change.to_state.value,
+            reason=change.reason,
+            message=change.message,
+        )
 
 
 def transition(
@@ -75,32 +130,25 @@ def transition(
             break
     else:
         return False
-    session.add(
-        JobEvent(
-            job_id=job_id,
-            attempt=row.attempt if new_attempt is None else new_attempt,
-            time=now,
-            kind="transition",
-            from_state=row.state,
-            to_state=to.value,
-            reason=reason,
-            message=message,
-        )
+    record_transitions(
+        session,
+        [
+            Transition(
+                job_id=job_id,
+                project=row.project,
+                attempt=row.attempt if new_attempt is None else new_attempt,
+                from_state=JobState(row.state),
+                to_state=to,
+                reason=reason,
+                message=message,
+            )
+        ],
+        at=now,
     )
     if to not in SLOT_HOLDING_STATES:
         # Only rows no node has claimed: a claimed row is released by its node once its
         # ranks have exited (core/allocations.py).
         release_unclaimed(session, job_id)
-    webhooks.state_changed(
-        session,
-        project=row.project,
-        job_id=job_id,
-        attempt=row.attempt if new_attempt is None else new_attempt,
-        from_state=row.state,
-        to_state=to.value,
-        reason=reason,
-        message=message,
-    )
     session.flush()
     return True
 

@@ -98,12 +98,20 @@ def forget_subscribers(project: str) -> None:
     _NONE_UNTIL.pop(project, None)
 
 
-def _subscribers(session: Session, project: str) -> list[Webhook]:
-    if _NONE_UNTIL.get(project, 0.0) > time.monotonic():
-        return []
-    found = list(session.scalars(select(Webhook).where(Webhook.project == project, Webhook.active)))
-    if not found:
-        _NONE_UNTIL[project] = time.monotonic() + NO_WEBHOOKS_TTL_S
+def subscribers(session: Session, projects: Iterable[str]) -> dict[str, list[Webhook]]:
+    """The active webhooks of each of `projects` that has any, in one query; projects
+    noted as having none cost nothing."""
+    now = time.monotonic()
+    unknown = {project for project in projects if _NONE_UNTIL.get(project, 0.0) <= now}
+    if not unknown:
+        return {}
+    found: dict[str, list[Webhook]] = {}
+    for webhook in session.scalars(
+        select(Webhook).where(Webhook.project.in_(unknown), Webhook.active).order_by(Webhook.id)
+    ):
+        found.setdefault(webhook.project, []).append(webhook)
+    for project in unknown - found.keys():
+        _NONE_UNTIL[project] = now + NO_WEBHOOKS_TTL_S
     return found
 
 
@@ -131,6 +139,7 @@ def _add(
 
 def state_changed(
     session: Session,
+    subscribed: Iterable[Webhook],
     *,
     project: str,
     job_id: str,
@@ -140,7 +149,9 @@ def state_changed(
     reason: str,
     message: str,
 ) -> None:
-    for webhook in _subscribers(session, project):
+    """Queue a `job.state` delivery to each of the project's webhooks (`subscribed`, from
+    `subscribers`) that asked for `to_state`."""
+    for webhook in subscribed:
         if "*" not in webhook.states and to_state not in webhook.states:
             continue
         payload = {
@@ -161,7 +172,7 @@ def metrics_landed(
     session: Session, *, project: str, job_id: str, values: Iterable[tuple[str, int, float]]
 ) -> None:
     """Fire each threshold the first time one of the (name, step, value) points crosses it."""
-    webhooks = [w for w in _subscribers(session, project) if w.metric_thresholds]
+    webhooks = [w for w in subscribers(session, [project]).get(project, []) if w.metric_thresholds]
     if not webhooks:
         return
     points = list(values)

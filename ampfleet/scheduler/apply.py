@@ -7,17 +7,16 @@ as one multi-row INSERT: a few statements per pass, not per job.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, insert, select, tuple_, update
+from sqlalchemy import Table, bindparam, insert, tuple_, update
 from sqlalchemy.orm import Session
 
-from ampfleet.core import counters, webhooks
-from ampfleet.core.lifecycle import transition
+from ampfleet.core import counters
+from ampfleet.core.lifecycle import Transition, record_transitions, transition
 from ampfleet.core.messaging import START_ATTEMPT
-from ampfleet.core.models import Allocation, Job, JobEvent, OutboxMessage, Webhook
+from ampfleet.core.models import Allocation, Job, OutboxMessage
 from ampfleet.core.states import ACTIVE_STATES, JobState
 from ampfleet.scheduler.placement import Decision, Placement, Preemption
 from ampfleet.scheduler.snapshot import Snapshot
@@ -58,7 +57,7 @@ def _place_chunk(session: Session, snapshot: Snapshot, placements: list[Placemen
             queue_position=None,
             estimated_start_at=None,
         )
-        .returning(Job.id, Job.attempt, Job.created_at)
+        .returning(Job.id, Job.attempt, Job.created_at, Job.project)
         .execution_options(synchronize_session=False)
     ).all()
     if not moved:
@@ -67,25 +66,24 @@ def _place_chunk(session: Session, snapshot: Snapshot, placements: list[Placemen
         session,
         counters.SCHEDULING_LATENCY,
         counters.SCHEDULING_LATENCY_BUCKETS,
-        ((now - created).total_seconds() for _, attempt, created in moved if attempt == 1),
+        ((now - created).total_seconds() for _, attempt, created, _ in moved if attempt == 1),
     )
-    events: list[dict[str, Any]] = []
+    placed: list[Transition] = []
     allocations: list[dict[str, Any]] = []
     messages: list[dict[str, Any]] = []
-    for job_id, attempt, _ in moved:
+    for job_id, attempt, _, project in moved:
         placement = wanted[job_id]
         where = ", ".join(f"{node} x{slots}" for node, slots in placement.allocations)
-        events.append(
-            {
-                "job_id": job_id,
-                "attempt": attempt,
-                "time": now,
-                "kind": "transition",
-                "from_state": JobState.QUEUED.value,
-                "to_state": JobState.SCHEDULED.value,
-                "reason": "placed",
-                "message": f"attempt {attempt} on {where}",
-            }
+        placed.append(
+            Transition(
+                job_id=job_id,
+                project=project,
+                attempt=attempt,
+                from_state=JobState.QUEUED,
+                to_state=JobState.SCHEDULED,
+                reason="placed",
+                message=f"attempt {attempt} on {where}",
+            )
         )
         for node_rank, (node_id, slots) in enumerate(placement.allocations):
             allocations.append(
@@ -107,42 +105,10 @@ def _place_chunk(session: Session, snapshot: Snapshot, placements: list[Placemen
                     "send_attempts": 0,
                 }
             )
-    _notify_placed(session, snapshot, [(str(r[0]), int(r[1])) for r in moved], events)
-    session.execute(insert(JobEvent), events)
+    record_transitions(session, placed, at=now)
     session.execute(insert(Allocation), allocations)
     session.execute(insert(OutboxMessage), messages)
     return len(moved)
-
-
-def _notify_placed(
-    session: Session,
-    snapshot: Snapshot,
-    moved: Sequence[tuple[str, int]],
-    events: list[dict[str, Any]],
-) -> None:
-    """Webhooks for the QUEUED -> SCHEDULED transitions, only for projects that have any."""
-    projects = {r.id: r.project for r in snapshot.requests}
-    with_hooks = set(
-        session.scalars(
-            select(Webhook.project).where(
-                Webhook.active, Webhook.project.in_(set(projects.values()))
-            )
-        )
-    )
-    if not with_hooks:
-        return
-    for (job_id, attempt), event in zip(moved, events, strict=True):
-        if projects[job_id] in with_hooks:
-            webhooks.state_changed(
-                session,
-                project=projects[job_id],
-                job_id=job_id,
-                attempt=attempt,
-                from_state=event["from_state"],
-                to_state=event["to_state"],
-                reason=event["reason"],
-                message=event["message"],
-            )
 
 
 def _preempt(session: Session, preemptions: list[Preemption]) -> None:

@@ -14,7 +14,6 @@ from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import ForbiddenError, Principal
 from ampfleet.api.bundles import repository as bundles
-from ampfleet.api.jobs.inputs import resolve_inputs
 from ampfleet.api.errors import (
     ConflictError,
     ErrorDetail,
@@ -23,14 +22,14 @@ from ampfleet.api.errors import (
     UnprocessableError,
 )
 from ampfleet.api.jobs import idempotency, repository
+from ampfleet.api.jobs.inputs import resolve_inputs
 from ampfleet.api.jobs.schemas import JobOut, PrecisionSetting, Progress, QueueInfo, Volume
-from ampfleet.core import webhooks
 from ampfleet.core.custom_code import custom_code_allowed, custom_code_refusal
 from ampfleet.core.fleet import fits_fleet, job_request_of, matches
 from ampfleet.core.ids import new_id
-from ampfleet.core.lifecycle import record_event, transition
+from ampfleet.core.lifecycle import Transition, record_event, record_transitions, transition
 from ampfleet.core.memory import job_rank_memory, memory_refusal
-from ampfleet.core.models import Bundle, Job, JobEvent, Project
+from ampfleet.core.models import Bundle, Job, Project, utcnow
 from ampfleet.core.recipes import UnknownRecipeError, get_recipe
 from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.core.settings import get_settings
@@ -178,26 +177,20 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
         else f"{spec.resources.nodes}x{spec.resources.procs_per_node}"
     )
     message = f"{spec.recipe or (spec.code and spec.code.entrypoint)} on {shape}"
-    session.add(
-        JobEvent(
-            job_id=job.id,
-            attempt=0,
-            kind="transition",
-            from_state=None,
-            to_state=JobState.QUEUED.value,
-            reason="submitted",
-            message=message,
-        )
-    )
-    webhooks.state_changed(
+    record_transitions(
         session,
-        project=job.project,
-        job_id=job.id,
-        attempt=0,
-        from_state=None,
-        to_state=JobState.QUEUED.value,
-        reason="submitted",
-        message=message,
+        [
+            Transition(
+                job_id=job.id,
+                project=job.project,
+                attempt=0,
+                from_state=None,
+                to_state=JobState.QUEUED,
+                reason="submitted",
+                message=message,
+            )
+        ],
+        at=utcnow(),
     )
     session.flush()
     return job, True
