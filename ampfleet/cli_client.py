@@ -1,7 +1,8 @@
 """`ampfleet submit|status|list|logs|cancel|metrics|keys`: the API from a shell, through the
 SDK (`artifacts` and `download` live in cli_artifacts.py). Every command takes `--url` and
-`--key` (defaults: AMPFLEET_URL, AMPFLEET_API_KEY, then the admin key file in
-AMPFLEET_DATA_DIR, `var/admin.key` by default). An error answer prints its message and
+`--key` (defaults: AMPFLEET_URL, else the address the server's AMPFLEET_API_HOST and
+AMPFLEET_API_PORT give; AMPFLEET_API_KEY, then the admin key file in AMPFLEET_DATA_DIR,
+`var/admin.key` by default). An error answer prints its message and
 offending fields, and exits 1."""
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ from ampfleet.sdk import (
 
 Url = Annotated[
     str | None,
-    typer.Option("--url", help="API address [default: $AMPFLEET_URL or http://127.0.0.1:8000]"),
+    typer.Option(
+        "--url",
+        help="API address [default: $AMPFLEET_URL, else http://$AMPFLEET_API_HOST:"
+        "$AMPFLEET_API_PORT as the server reads them, 127.0.0.1:8000 if unset]",
+    ),
 ]
 Key = Annotated[
     str | None,
@@ -298,11 +303,19 @@ def _summary(series: list[MetricSeries]) -> None:
             _number(one.summary.last, ".4g"),
             f"{one.summary.min:.4g}",
             f"{one.summary.max:.4g}",
-            f"{one.summary.best:.4g} at step {one.summary.best_step}",
+            _best(one),
         )
         for one in series
     ]
     _print_table(("METRIC", "POINTS", "LAST", "MIN", "MAX", "BEST"), rows, "no metrics")
+
+
+def _best(series: MetricSeries) -> str:
+    """Only an objective has a best (core/metric_goals.py); the other series show '-'."""
+    summary = series.summary
+    if summary.best is None or summary.goal is None:
+        return "-"
+    return f"{summary.best:.4g} ({summary.goal}) at step {summary.best_step}"
 
 
 def metrics(

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import import_module
 from importlib.metadata import entry_points
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
 
-ENTRY_POINT_GROUP = "ampfleet.recipes"
+from ampfleet.core.metric_goals import MetricDirection
 
-MetricDirection = Literal["min", "max"]
+ENTRY_POINT_GROUP = "ampfleet.recipes"
 
 
 def _nothing_beyond_the_model(_hyperparameters: Any) -> int:
@@ -43,7 +43,9 @@ class RecipeDefinition:
     """What one rank holds for one micro-batch's backward pass besides the model states
     (saved activations, logits): the activation allowance of admission's estimate."""
     metrics: Mapping[str, MetricDirection] = field(default_factory=dict)
-    """The validation metrics the recipe reports, and which way is better."""
+    """The metrics the recipe reports that are objectives, and which way is better: they
+    get a "best" in the metrics summary. Names it leaves out follow core/metric_goals.py's
+    name rule (`loss`, `val_accuracy`, ...)."""
 
     def build(self, hyperparameters: BaseModel, context: Any) -> Any:
         module_name, _, attribute = self.build_path.partition(":")
@@ -69,6 +71,14 @@ def installed_recipes() -> dict[str, RecipeDefinition]:
             raise TypeError(f"recipe {entry_point.name}: build_path must be 'module:function'")
         recipes[entry_point.name] = definition
     return recipes
+
+
+def declared_metrics(name: str) -> Mapping[str, MetricDirection]:
+    """What an installed recipe declares about its metrics; nothing for a name that is not
+    installed (a bundled recipe: the API never imports it, so its series follow the name
+    rule)."""
+    recipe = installed_recipes().get(name)
+    return recipe.metrics if recipe is not None else {}
 
 
 def get_recipe(name: str) -> RecipeDefinition:

@@ -120,12 +120,15 @@ class MetricPoint(ApiModel):
 
 
 class SeriesSummary(ApiModel):
+    """`goal`, `best` and `best_step` only for an objective (loss, val_accuracy, what the
+    recipe declares); None for the other series (learning_rate, grad_norm, ...)."""
+
     count: int
     last_step: int
     min: float
     max: float
-    best: float
-    goal: Literal["min", "max"] = "min"
+    best: float | None = None
+    goal: Literal["min", "max"] | None = None
     last: float | None = None
     best_step: int | None = None
 
@@ -306,3 +309,44 @@ class Recipe(ApiModel):
     metrics: dict[str, str] = Field(default_factory=dict)
     default_parameters: int
     default_rank_memory_mb: int
+
+
+class ArchivedFile(ApiModel):
+    path: str
+    size: int = 0
+    kind: str = "file"
+
+
+class Bundle(ApiModel):
+    """A code bundle: name its id in a spec's `code.bundle`."""
+
+    id: str
+    project: str
+    sha256: str
+    size: int
+    format: str
+    file_count: int = 0
+    unpacked_size: int = 0
+    created_at: datetime | None = None
+    files: list[ArchivedFile] = Field(default_factory=list)
+
+
+class Dataset(ApiModel):
+    """One version of a named dataset: a spec's `inputs` names it `name@version`."""
+
+    id: str
+    project: str
+    name: str
+    version: int
+    sha256: str
+    size: int
+    format: str
+    filename: str | None = None
+    file_count: int = 0
+    unpacked_size: int = 0
+    created_at: datetime | None = None
+    files: list[ArchivedFile] = Field(default_factory=list)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"

@@ -1,10 +1,11 @@
 """A job's metric series, downsampled on the server: a million points come back as at
-most `max_points` (min, max and mean per equal-width step bucket), with a summary."""
+most `max_points` (min, max and mean per equal-width step bucket), with a summary; the
+summary's best only for objectives (core/metric_goals.py)."""
 
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -17,9 +18,10 @@ from ampfleet.api.errors import UnprocessableError, responses
 from ampfleet.api.jobs import service as jobs
 from ampfleet.api.metrics import repository
 from ampfleet.api.metrics.schemas import MetricPoint, MetricSeries, MetricsOut, SeriesSummary
+from ampfleet.core.metric_goals import MetricDirection, metric_goal
+from ampfleet.core.recipes import declared_metrics
 
 router = APIRouter(prefix="/v1/jobs", tags=["metrics"])
-HIGHER_IS_BETTER = re.compile(r"acc|accuracy|auc|f1|precision|recall|score|samples_per_s")
 MAX_NAMES = 50
 
 
@@ -38,7 +40,7 @@ def job_metrics(
     to_step: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
     max_points: Annotated[int, Query(ge=2, le=100_000)] = 1000,
 ) -> MetricsOut:
-    jobs.get(session, job_id, principal)
+    job = jobs.get(session, job_id, principal)
     wanted = [n.strip() for n in names.split(",") if n.strip()] if names else []
     if len(wanted) > MAX_NAMES:
         raise UnprocessableError.for_field("names", f"at most {MAX_NAMES} names")
@@ -47,8 +49,9 @@ def job_metrics(
     # Read first: points that land while the series are read may then come twice (a
     # client keys points by step), never not at all.
     last_metric_id = repository.last_id(session, job_id)
+    declared = declared_metrics(job.recipe)
     series = [
-        _series(session, job_id, stats, from_step, to_step, max_points)
+        _series(session, job_id, stats, from_step, to_step, max_points, declared)
         for stats in repository.stats(session, job_id, wanted, from_step, to_step)
     ]
     return MetricsOut(job_id=job_id, series=series, last_metric_id=last_metric_id)
@@ -61,6 +64,7 @@ def _series(
     lo: int | None,
     hi: int | None,
     max_points: int,
+    declared: Mapping[str, MetricDirection],
 ) -> MetricSeries:
     if stats.count <= max_points:
         points = [
@@ -75,8 +79,8 @@ def _series(
             for b in repository.buckets(session, job_id, stats, width, lo, hi)
         ]
         downsampled = True
-    goal = "max" if HIGHER_IS_BETTER.search(stats.name) else "min"
-    best = stats.maximum if goal == "max" else stats.minimum
+    goal = metric_goal(stats.name, declared)
+    best = None if goal is None else stats.maximum if goal == "max" else stats.minimum
     return MetricSeries(
         name=stats.name,
         downsampled=downsampled,
@@ -89,6 +93,8 @@ def _series(
             max=stats.maximum,
             goal=goal,
             best=best,
-            best_step=repository.best_step(session, job_id, stats.name, best, lo, hi),
+            best_step=None
+            if best is None
+            else repository.best_step(session, job_id, stats.name, best, lo, hi),
         ),
     )

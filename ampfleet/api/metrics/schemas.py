@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
+
+from ampfleet.core.metric_goals import MetricDirection
 
 
 class MetricPoint(BaseModel):
@@ -19,9 +19,13 @@ class SeriesSummary(BaseModel):
     last_step: int
     min: float
     max: float
-    goal: Literal["min", "max"] = Field(description="Which direction is better, by its name.")
-    best: float
-    best_step: int | None
+    goal: MetricDirection | None = Field(
+        description="Which way is better, for an objective: what the job's recipe declares, "
+        "else by name (loss, val_loss, val_accuracy, ...); null for a series that is not "
+        "an objective (learning_rate, grad_norm, ...)."
+    )
+    best: float | None = Field(description="The best value, for an objective only.")
+    best_step: int | None = Field(description="The first step that reached `best`.")
 
 
 class MetricSeries(BaseModel):

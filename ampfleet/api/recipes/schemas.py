@@ -4,7 +4,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ampfleet.core.recipes import MetricDirection
+from ampfleet.core.metric_goals import MetricDirection
 
 
 class RecipeOut(BaseModel):
