@@ -23,8 +23,8 @@ from contextlib import contextmanager
 import httpx
 
 from ampfleet.api.observability import nearest_rank
-from tests.factories import job_spec
 from tests.support.env import fresh_postgres_database
+from tests.support.factories import job_spec
 from tests.support.fleet import free_port
 
 

@@ -47,8 +47,8 @@ from ampfleet.core.keys import create_key
 from ampfleet.core.models import Artifact
 from ampfleet.core.roles import Role
 from ampfleet.core.settings import get_settings
-from tests.factories import job_spec
 from tests.support.env import environment, fresh_postgres_database
+from tests.support.factories import job_spec
 from tests.support.fleet import REDIS_URL, free_port
 from tests.support.seaweedfs import S3Server, running_seaweedfs
 

@@ -34,8 +34,8 @@ from ampfleet.core.models import Job, Metric
 from ampfleet.core.settings import get_settings
 from ampfleet.workers.ingest import AttemptFeed, apply_records
 from ampfleet.workers.rundir import RunDir
-from tests.factories import job_spec
 from tests.support.env import environment, fresh_postgres_database
+from tests.support.factories import job_spec
 from tests.support.fleet import free_port
 
 NAMES = (

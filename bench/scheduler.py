@@ -247,7 +247,7 @@ def in_postgres() -> None:
 
 
 def latency(samples: int) -> None:
-    from tests.factories import job_spec
+    from tests.support.factories import job_spec
     from tests.support.fleet import running_fleet
 
     print(f"3. submit -> ranks launching (STARTING) on an idle local fleet, {samples} jobs each")

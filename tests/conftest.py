@@ -12,34 +12,16 @@ import pytest
 import redis
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy import text
 
-from ampfleet.core.db import get_engine, session_scope
+from ampfleet.core.db import session_scope
 from ampfleet.core.keys import create_key
 from ampfleet.core.migrate import upgrade
 from ampfleet.core.roles import Role
 from ampfleet.core.settings import get_settings
-from tests.support.env import environment, fresh_postgres_database
+from tests.support.env import empty_tables, environment, fresh_postgres_database
 from tests.support.fleet import Fleet, FleetFactory, running_fleet
 from tests.support.seaweedfs import S3Server, running_seaweedfs
 from tests.support.services import ensure_services
-
-TABLES = (
-    "fleet_counters",
-    "webhook_deliveries",
-    "webhooks",
-    "log_lines",
-    "artifacts",
-    "bundles",
-    "metrics",
-    "job_events",
-    "allocations",
-    "outbox",
-    "jobs",
-    "nodes",
-    "projects",
-    "api_keys",
-)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -80,16 +62,6 @@ def redis_url() -> Iterator[str]:
     client.flushdb()
 
 
-def _truncate() -> None:
-    engine = get_engine()
-    with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
-        else:
-            for table in TABLES:
-                conn.execute(text(f"DELETE FROM {table}"))
-
-
 @pytest.fixture(params=["postgres", "sqlite"])
 def backend(
     request: pytest.FixtureRequest, tmp_path: Path, postgres_url: str, redis_url: str
@@ -113,9 +85,9 @@ def backend(
     with environment(values):
         if request.param == "sqlite":
             upgrade(values["AMPFLEET_DATABASE_URL"])
-        _truncate()
+        empty_tables()
         yield request.param
-        _truncate()
+        empty_tables()
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,8 @@ from ampfleet.core.db import session_scope
 from ampfleet.core.ids import new_id
 from ampfleet.core.models import Artifact
 from tests.conftest import KeyFactory
-from tests.factories import job_spec
 from tests.support.env import environment
+from tests.support.factories import job_spec
 
 BLOB = os.urandom(3 * 1024 * 1024 + 17)  # several store chunks, and not a round number
 SHA = hashlib.sha256(BLOB).hexdigest()

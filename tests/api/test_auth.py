@@ -8,8 +8,8 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.factories import job_spec
 from tests.support.env import environment
+from tests.support.factories import job_spec
 
 PUBLIC = {
     "/healthz",

@@ -11,9 +11,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tests.conftest import KeyFactory
-from tests.factories import job_spec
 from tests.support.archives import allow_custom_code, zip_of
 from tests.support.env import environment
+from tests.support.factories import job_spec
 
 
 def keyed(app: FastAPI, key: str) -> TestClient:

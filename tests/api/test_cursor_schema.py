@@ -8,7 +8,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 
 PAGED = ("/v1/jobs", "/v1/queue")
 

@@ -10,7 +10,7 @@ from sqlalchemy import insert
 
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Metric, utcnow
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 
 SSE = {"Accept": "text/event-stream"}
 

@@ -20,8 +20,8 @@ from ampfleet.core.migrate import alembic_config, upgrade
 from ampfleet.core.models import Webhook
 from ampfleet.core.sealing import is_sealed, unseal
 from ampfleet.core.settings import ADMIN_KEY_FILE_NAME, get_settings
-from tests.factories import job_spec
 from tests.support.env import environment
+from tests.support.factories import job_spec
 from tests.support.files import readable_by_others
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 from tests.support.live_api import serving
 
 GENERATE_TIMEOUT_S = 300

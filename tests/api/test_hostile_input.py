@@ -8,7 +8,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.factories import job_spec, row_counts
+from tests.support.factories import job_spec, row_counts
 
 
 def refused(response, field: str | None = None) -> dict:

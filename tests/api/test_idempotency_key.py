@@ -11,7 +11,7 @@ from ampfleet.api.jobs import idempotency
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Job
 from ampfleet.core.settings import get_settings
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 
 
 def test_a_request_while_the_first_is_in_flight_gets_409_then_the_replay_200(

@@ -8,13 +8,7 @@ from fastapi.testclient import TestClient
 from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import transition
 from ampfleet.core.states import JobState
-from tests.factories import job_spec, row_counts
-
-
-def submit(client: TestClient, **overrides) -> dict:
-    response = client.post("/v1/jobs", json=job_spec(**overrides))
-    assert response.status_code == 202, response.text
-    return response.json()
+from tests.support.factories import job_spec, row_counts, submit
 
 
 def test_submit_returns_202_with_location_and_resolved_defaults(client: TestClient) -> None:

@@ -25,8 +25,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.factories import job_spec
 from tests.support.env import fresh_postgres_database
+from tests.support.factories import job_spec
 from tests.support.fleet import free_port
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from sqlalchemy import insert
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Metric, utcnow
 from tests.api.test_events_stream import read_frames
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 
 
 def add_series(job_id: str, name: str, values: list[float]) -> None:

@@ -8,8 +8,8 @@ import logging
 from fastapi.testclient import TestClient
 
 from ampfleet.core.logs import JsonFormatter, request_id
-from tests.factories import job_spec
 from tests.support.env import environment
+from tests.support.factories import job_spec
 
 
 def test_health_and_readiness(anonymous: TestClient) -> None:

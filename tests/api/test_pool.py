@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import LogLine
-from tests.factories import job_spec
 from tests.support.env import environment
+from tests.support.factories import job_spec
 from tests.support.live_api import checked_out, engines, events_until, serving
 
 SIMULTANEOUS = 24

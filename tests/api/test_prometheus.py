@@ -19,9 +19,8 @@ from ampfleet.core.settings import get_settings
 from ampfleet.scheduler.loop import Scheduler
 from ampfleet.workers.ingest import AttemptFeed, apply_records
 from ampfleet.workers.rundir import RunDir
-from tests.factories import job_spec
 from tests.support.env import environment
-from tests.unit.test_scheduler_pass import add_node
+from tests.support.factories import add_node, job_spec
 
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
 

@@ -12,14 +12,7 @@ from sqlalchemy import update
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Allocation, Job, Node, utcnow
 from ampfleet.core.states import JobState
-from tests.factories import job_spec
-from tests.support.jobs import insert_job
-
-
-def submit(client: TestClient, **overrides) -> str:
-    response = client.post("/v1/jobs", json=job_spec(**overrides))
-    assert response.status_code == 202, response.text
-    return str(response.json()["id"])
+from tests.support.factories import insert_job, submit
 
 
 def whole_queue(client: TestClient, limit: int, **params: str) -> list[dict]:
@@ -69,13 +62,13 @@ def test_order_is_priority_then_weighted_share_then_fifo(client: TestClient) -> 
     charge("weighted", 1500)
     weighted = client.put("/v1/projects/weighted", json={"weight": 3.0})
     assert weighted.status_code == 200, weighted.text  # 1500 / 3: below heavy
-    heavy_1 = submit(client, project="heavy")
-    light_1 = submit(client, project="light")
-    weighted_1 = submit(client, project="weighted")
-    heavy_high = submit(client, project="heavy", priority="high")
-    light_2 = submit(client, project="light")
-    low = submit(client, project="light", priority="low")
-    backing_off = submit(client, project="light", priority="high")
+    heavy_1 = submit(client, project="heavy")["id"]
+    light_1 = submit(client, project="light")["id"]
+    weighted_1 = submit(client, project="weighted")["id"]
+    heavy_high = submit(client, project="heavy", priority="high")["id"]
+    light_2 = submit(client, project="light")["id"]
+    low = submit(client, project="light", priority="low")["id"]
+    backing_off = submit(client, project="light", priority="high")["id"]
     with session_scope() as session:
         session.execute(
             update(Job)
@@ -100,7 +93,7 @@ def test_order_is_priority_then_weighted_share_then_fifo(client: TestClient) -> 
 
 
 def test_pages_cover_the_queue_once_in_order(client: TestClient) -> None:
-    ids = [submit(client, name=f"q{i}") for i in range(7)]
+    ids = [submit(client, name=f"q{i}")["id"] for i in range(7)]
     first = client.get("/v1/queue", params={"limit": 3}).json()
     assert [item["id"] for item in first["items"]] == ids[:3]
     assert first["total"] == 7
@@ -112,7 +105,7 @@ def test_pages_cover_the_queue_once_in_order(client: TestClient) -> None:
 
 
 def test_a_page_continues_where_the_last_ended_when_its_job_left(client: TestClient) -> None:
-    ids = [submit(client) for _ in range(5)]
+    ids = [submit(client)["id"] for _ in range(5)]
     first = client.get("/v1/queue", params={"limit": 2}).json()
     assert client.post(f"/v1/jobs/{ids[1]}/cancel").status_code == 202  # the cursor's job
     assert client.post(f"/v1/jobs/{ids[0]}/cancel").status_code == 202  # and one before it
@@ -126,8 +119,8 @@ def test_a_project_sees_its_own_jobs_at_their_fleet_positions(app, make_key) -> 
     alpha = TestClient(app, headers={"Authorization": f"Bearer {make_key('alpha', 'write')}"})
     beta = TestClient(app, headers={"Authorization": f"Bearer {make_key('beta', 'read')}"})
     admin = TestClient(app, headers={"Authorization": f"Bearer {make_key()}"})
-    alpha_jobs = [submit(alpha) for _ in range(3)]
-    beta_job = submit(admin, project="beta")
+    alpha_jobs = [submit(alpha)["id"] for _ in range(3)]
+    beta_job = submit(admin, project="beta")["id"]
 
     seen = beta.get("/v1/queue").json()
     assert [(item["id"], item["position"]) for item in seen["items"]] == [(beta_job, 4)]

@@ -8,7 +8,7 @@ from collections import Counter
 
 from fastapi.testclient import TestClient
 
-from tests.factories import job_spec, row_counts
+from tests.support.factories import job_spec, row_counts
 
 SUBMITTERS = 20
 QUOTA = 3

@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Node, utcnow
-from tests.factories import job_spec, row_counts
+from tests.support.factories import job_spec, row_counts
 
 # 12 layers of width 4096: about 2.4e9 parameters, 39 GB of model states per rank.
 LARGE_GPT = {"d_model": 4096, "n_layers": 12, "n_heads": 32}

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from ampfleet.core.settings import DEFAULT_SECRET, Settings
-from tests.factories import job_spec
 from tests.support.env import environment
+from tests.support.factories import job_spec
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ampfleet"
 

@@ -12,8 +12,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from tests.factories import job_spec
 from tests.support.env import environment
+from tests.support.factories import job_spec
 from tests.support.live_api import events_until, serving
 
 STREAMS = ("events", "logs")

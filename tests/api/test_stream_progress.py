@@ -13,7 +13,7 @@ from sqlalchemy import update
 from ampfleet.api.jobs.stream import Cursor, JobStream
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Job, utcnow
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 
 
 def progress_frames(stream: JobStream) -> list[dict]:

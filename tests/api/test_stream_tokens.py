@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from ampfleet.api import stream_tokens
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

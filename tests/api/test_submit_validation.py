@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from ampfleet.sdk.errors import SpecError
 from ampfleet.sdk.flows import load_spec
-from tests.factories import job_spec, row_counts
+from tests.support.factories import job_spec, row_counts
 
 
 def assert_envelope(response_json: dict, code: str) -> dict:

@@ -24,8 +24,8 @@ from ampfleet.core.webhooks import legacy_signature
 from ampfleet.scheduler.webhook_dispatch import Claimed, deliver_due, send
 from ampfleet.workers.ingest import AttemptFeed, apply_records
 from ampfleet.workers.rundir import RunDir
-from tests.factories import job_spec
 from tests.support.env import environment
+from tests.support.factories import job_spec
 
 
 class Receiver:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import S3_TEST_BUCKET
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 from tests.support.fleet import Fleet, FleetFactory, placed_on, rank_processes
 from tests.support.seaweedfs import S3Server
 

@@ -29,7 +29,7 @@ from ampfleet.workers.rundir import RunDir
 from ampfleet.workers.training.checkpoint import artifact_record
 from ampfleet.workers.uploads import ArtifactUploader
 from tests.support.env import environment
-from tests.support.jobs import insert_job
+from tests.support.factories import insert_job
 
 KILL_TEST_BYTES = 64 << 20
 LINEAGE = {"precision": "bf16", "allreduce_dtype": "bf16", "world_size": 2, "strategy": "ddp"}

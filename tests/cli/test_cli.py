@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from ampfleet.cli import app
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 from tests.support.fleet import Fleet
 from tests.support.parked import PARKED, fleet_with_parked_project
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import FleetFactory
-from tests.factories import job_spec
 from tests.support.archives import zip_of
+from tests.support.factories import job_spec
 from tests.support.fleet import Fleet
 
 pytestmark = pytest.mark.e2e

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ampfleet.cli import app
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 from tests.support.fleet import FleetFactory
 
 pytestmark = pytest.mark.e2e

@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 from ampfleet.core.models import Metric
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 from tests.support.files import readable_by_others
 from tests.support.fleet import Fleet, rank_processes
 

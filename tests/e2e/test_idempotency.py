@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 from tests.support.fleet import Fleet, FleetFactory
 
 pytestmark = pytest.mark.e2e

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 
 pytestmark = pytest.mark.e2e
 

@@ -31,7 +31,7 @@ from ampfleet.workers.training.precision import autocast
 from ampfleet.workers.training.recipes.digits import VAL_SPLIT_FILE
 from ampfleet.workers.training.task import RecipeContext, TrainingTask
 from tests.conftest import S3_TEST_BUCKET
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 from tests.support.fleet import Fleet, FleetFactory
 from tests.support.seaweedfs import S3Server
 

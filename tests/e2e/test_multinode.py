@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 from tests.support.fleet import rank_processes
 
 pytestmark = pytest.mark.e2e

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 from tests.support.fleet import transitions
 
 pytestmark = pytest.mark.e2e

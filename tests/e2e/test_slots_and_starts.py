@@ -15,10 +15,9 @@ from sqlalchemy import select
 
 from ampfleet.core.models import Allocation, Node, OutboxMessage, utcnow
 from ampfleet.core.states import JobState
-from tests.factories import job_spec
 from tests.support.env import environment
+from tests.support.factories import insert_job, job_spec
 from tests.support.fleet import Fleet, rank_processes
-from tests.support.jobs import insert_job
 from tests.support.private_services import private_postgres
 
 pytestmark = pytest.mark.e2e

@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 from ampfleet.core.models import Allocation, JobEvent, OutboxMessage
-from tests.factories import job_spec
 from tests.faults.reported import count_reported
 from tests.support.env import environment
+from tests.support.factories import job_spec
 from tests.support.fleet import Fleet, placed_on, rank_processes, transitions
 from tests.support.private_services import private_postgres, private_redis
 

@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import create_engine, select
 
 from ampfleet.core.models import Allocation, Job, JobEvent
-from tests.factories import job_spec
 from tests.faults.reported import count_reported
+from tests.support.factories import job_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 NODES = ("node-a", "node-b", "node-c")

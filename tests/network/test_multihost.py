@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.factories import job_spec
 from tests.network.conftest import BedFleet, bed_fleet
+from tests.support.factories import job_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("netbed_available")]
 

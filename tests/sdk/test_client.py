@@ -31,8 +31,8 @@ from ampfleet.sdk import (
     WaitTimeout,
     flows,
 )
-from tests.factories import job_spec
 from tests.sdk.cutting_proxy import CuttingProxy
+from tests.support.factories import job_spec
 from tests.support.fleet import Fleet, running_fleet
 from tests.support.parked import PARKED, fleet_with_parked_project
 

@@ -22,8 +22,8 @@ from ampfleet.core.artifacts import get_store
 from ampfleet.sdk import DownloadCorrupted, NotFound
 from tests.api.test_artifacts_api import add_artifact
 from tests.conftest import KeyFactory
-from tests.factories import job_spec
 from tests.sdk.cutting_proxy import CuttingProxy
+from tests.support.factories import job_spec
 from tests.support.fleet import free_port
 
 BLOB = os.urandom(5 * 1024 * 1024 + 3)

@@ -13,8 +13,8 @@ from ampfleet import Client
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import LogLine
 from ampfleet.sdk import StateFrame, Unauthorized
-from tests.factories import job_spec
 from tests.support.env import environment
+from tests.support.factories import job_spec
 from tests.support.live_api import serving
 
 FRAMES_BEFORE_THE_END = 10

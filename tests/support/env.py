@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
+from sqlalchemy import text
 
 from ampfleet.core import db, messaging, recipes, settings
 from ampfleet.core.migrate import upgrade
+from ampfleet.core.models import Base
 
 ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -59,3 +61,19 @@ def fresh_postgres_database(prefix: str = "ampfleet_test", migrate: bool = True)
     finally:
         with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# Every table the models declare (the migrations build exactly these), children first: a
+# table added later is emptied too, without anyone remembering to list it.
+TABLES = tuple(table.name for table in reversed(Base.metadata.sorted_tables))
+
+
+def empty_tables() -> None:
+    """Empties every table of the configured database, between tests."""
+    engine = db.get_engine()
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+        else:
+            for table in TABLES:
+                conn.execute(text(f"DELETE FROM {table}"))

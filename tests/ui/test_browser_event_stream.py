@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 from playwright.sync_api import Page, sync_playwright
 
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 from tests.support.live_api import serving
 from tests.ui.test_console import CHROMIUM, CHROMIUM_FLAGS
 

@@ -21,7 +21,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from tests.factories import job_spec
+from tests.support.factories import job_spec
 from tests.support.fleet import Fleet, running_fleet
 
 pytestmark = [pytest.mark.ui, pytest.mark.e2e]

@@ -16,7 +16,7 @@ from ampfleet.core.settings import get_settings
 from ampfleet.core.states import ALLOWED_TRANSITIONS, TERMINAL_STATES, JobState
 from ampfleet.workers.agent import NodeAgent
 from ampfleet.workers.node import Capacity
-from tests.support.jobs import insert_job
+from tests.support.factories import insert_job
 
 CPU = Capacity("cpu", 2, None, None)
 

@@ -12,32 +12,7 @@ from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import requeue_or_fail
 from ampfleet.core.models import Allocation, Job, Node, OutboxMessage, utcnow
 from ampfleet.scheduler.loop import Scheduler
-from tests.factories import job_spec
-
-
-def add_node(node_id: str, slots: int = 8, **fields) -> None:
-    with session_scope() as session:
-        session.add(
-            Node(
-                id=node_id,
-                queue=f"node.{node_id}",
-                address="127.0.0.1",
-                accelerator=fields.pop("accelerator", "cuda"),
-                gpu_model=fields.pop("gpu_model", "NVIDIA H200"),
-                gpu_memory_mb=fields.pop("gpu_memory_mb", 143_000),
-                slots=slots,
-                labels=fields.pop("labels", {}),
-                state="ready",
-                registered_at=utcnow(),
-                last_heartbeat_at=utcnow(),
-            )
-        )
-
-
-def submit(client: TestClient, **overrides) -> dict:
-    response = client.post("/v1/jobs", json=job_spec(**overrides))
-    assert response.status_code == 202, response.text
-    return response.json()
+from tests.support.factories import add_node, job_spec, submit
 
 
 def job_row(job_id: str) -> Job:
