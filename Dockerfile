@@ -8,7 +8,8 @@ WORKDIR /app
 RUN pip install "${TORCH_SPEC}"
 COPY pyproject.toml README.md ./
 COPY ampfleet ./ampfleet
-RUN pip install . \
+# One image for every role (compose runs api, scheduler, worker and migrate from it).
+RUN pip install ".[all]" \
     && useradd --create-home --uid 10001 ampfleet \
     && mkdir -p /var/lib/ampfleet && chown ampfleet /var/lib/ampfleet
 

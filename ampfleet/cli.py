@@ -22,6 +22,7 @@ from ampfleet.core.logs import configure_logging
 from ampfleet.core.private_files import make_process_private, write_private_text
 from ampfleet.core.roles import Role
 from ampfleet.core.settings import ADMIN_KEY_FILE_NAME, get_settings
+from ampfleet.extras import missing_packages
 
 if TYPE_CHECKING:
     # typer vendors click: these are the types its groups' methods take.
@@ -54,6 +55,19 @@ class _Commands(TyperGroup):
         return super().resolve_command(ctx, args)
 
 
+def require_extra(extra: str) -> None:
+    """A server command's first step: the packages of its extra are installed (a client-only
+    `pip install ampfleet` has none), or one line says which extra to install, and exit 1."""
+    missing = missing_packages(extra)
+    if missing:
+        typer.echo(
+            f"error: this command needs the server packages of ampfleet[{extra}] "
+            f"(missing: {', '.join(missing)}); install them with: pip install 'ampfleet[{extra}]'",
+            err=True,
+        )
+        raise typer.Exit(1)
+
+
 def start_server_process(role: str) -> None:
     """Every server command starts here: private files, then its logging."""
     settings = get_settings()
@@ -69,6 +83,7 @@ app = typer.Typer(
 @app.command()
 def migrate() -> None:
     """Apply database migrations (Alembic) up to the latest revision."""
+    require_extra("db")
     from ampfleet.core.migrate import upgrade
 
     start_server_process("migrate")
@@ -83,6 +98,7 @@ def bootstrap_key(
     name: Annotated[str, typer.Option(help="A label for the key.")] = "bootstrap",
 ) -> None:
     """Create an API key directly in the database and print it (first admin key, scripts)."""
+    require_extra("db")
     from ampfleet.core.db import session_scope
     from ampfleet.core.keys import create_key
 
@@ -125,6 +141,7 @@ def api(
     port: int | None = typer.Option(None, help="Defaults to AMPFLEET_API_PORT."),
 ) -> None:
     """Serve the HTTP API (uvicorn)."""
+    require_extra("api")
     import uvicorn
 
     settings = get_settings()
@@ -142,6 +159,7 @@ def api(
 @app.command()
 def scheduler() -> None:
     """Place queued jobs on live nodes and reap lost attempts."""
+    require_extra("scheduler")
     from ampfleet.scheduler.loop import Scheduler
     from ampfleet.scheduler.webhook_dispatch import WebhookDispatcher
 
@@ -162,6 +180,7 @@ def scheduler() -> None:
 @app.command()
 def worker() -> None:
     """Run this node: its agent and a Celery worker on the node's own queue."""
+    require_extra("worker")
     from ampfleet.workers.main import run_worker
 
     start_server_process("worker")
@@ -171,6 +190,7 @@ def worker() -> None:
 @app.command()
 def up() -> None:
     """All in one: migrate, then the api, the scheduler and one local worker node."""
+    require_extra("all")
     from ampfleet.core.migrate import upgrade
 
     start_server_process("up")
