@@ -12,7 +12,8 @@ then rather than whenever the event loop collects it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+import os
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
@@ -25,7 +26,7 @@ from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
 from ampfleet.sdk import downloads, models, recipes
 from ampfleet.sdk.base import ClientBase
-from ampfleet.sdk.flows import SpecInput, States
+from ampfleet.sdk.flows import CodeSource, InputSource, SpecInput, States
 from ampfleet.sdk.protocol import (
     DOWNLOAD_CHUNK,
     Flow,
@@ -149,8 +150,47 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    async def submit(self, spec: SpecInput, idempotency_key: str | None = None) -> models.Job:
-        return await self._run(self._ops.submit(spec, idempotency_key))
+    async def submit(
+        self,
+        spec: SpecInput,
+        idempotency_key: str | None = None,
+        *,
+        code: CodeSource | None = None,
+        inputs: Mapping[str, InputSource] | None = None,
+        on_progress: Callable[[str, int], None] | None = None,
+    ) -> models.Job:
+        """As `Client.submit`."""
+        return await self._run(self._ops.submit(spec, idempotency_key, code, inputs, on_progress))
+
+    async def upload_bundle(
+        self,
+        source: str | os.PathLike[str],
+        project: str | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> models.Bundle:
+        """As `Client.upload_bundle`."""
+        return await self._run(self._ops.upload_bundle(Path(source), project, on_progress))
+
+    async def upload_dataset(
+        self,
+        name: str,
+        source: str | os.PathLike[str],
+        project: str | None = None,
+        filename: str | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> models.Dataset:
+        """As `Client.upload_dataset`."""
+        return await self._run(
+            self._ops.upload_dataset(name, Path(source), project, filename, on_progress)
+        )
+
+    async def bundles(self, project: str | None = None) -> list[models.Bundle]:
+        return await self._run(self._ops.bundles(project))
+
+    async def datasets(
+        self, name: str | None = None, project: str | None = None
+    ) -> list[models.Dataset]:
+        return await self._run(self._ops.datasets(name, project))
 
     async def get(self, job_id: str) -> models.Job:
         return await self._run(self._ops.get(job_id))

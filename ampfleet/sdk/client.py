@@ -11,8 +11,9 @@ with Client() as client:  # AMPFLEET_URL, AMPFLEET_API_KEY, or var/admin.key
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
@@ -24,7 +25,7 @@ from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
 from ampfleet.sdk import downloads, models, recipes
 from ampfleet.sdk.base import ClientBase
-from ampfleet.sdk.flows import SpecInput, States
+from ampfleet.sdk.flows import CodeSource, InputSource, SpecInput, States
 from ampfleet.sdk.protocol import (
     DOWNLOAD_CHUNK,
     Flow,
@@ -133,11 +134,53 @@ class Client(ClientBase[httpx.Client]):
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    def submit(self, spec: SpecInput, idempotency_key: str | None = None) -> models.Job:
+    def submit(
+        self,
+        spec: SpecInput,
+        idempotency_key: str | None = None,
+        *,
+        code: CodeSource | None = None,
+        inputs: Mapping[str, InputSource] | None = None,
+        on_progress: Callable[[str, int], None] | None = None,
+    ) -> models.Job:
         """Submits a JobSpec, a dict, or the path of a YAML file; a spec that cannot be valid
         raises SpecError before any request. The same idempotency key and spec give the
-        same job (a different spec with that key is refused)."""
-        return self._run(self._ops.submit(spec, idempotency_key))
+        same job (a different spec with that key is refused).
+        `code`: a folder (packed, honouring .gitignore and .ampignore), an archive, or a
+        `bnd_...` id, for the spec's `code.bundle`; `inputs`: name -> a folder or file
+        (uploaded as the dataset `name`) or a `name@version` / `file:///` reference.
+        `on_progress(what, bytes_sent)` hears the uploads."""
+        return self._run(self._ops.submit(spec, idempotency_key, code, inputs, on_progress))
+
+    def upload_bundle(
+        self,
+        source: str | os.PathLike[str],
+        project: str | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> models.Bundle:
+        """A folder (packed first) or a zip / tar.gz as a code bundle; the same bytes give
+        the same bundle. Over the server's limit: PayloadTooLarge naming the largest files."""
+        return self._run(self._ops.upload_bundle(Path(source), project, on_progress))
+
+    def upload_dataset(
+        self,
+        name: str,
+        source: str | os.PathLike[str],
+        project: str | None = None,
+        filename: str | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> models.Dataset:
+        """A folder (packed first), an archive, or one file as the next version of dataset
+        `name` (the same bytes as an existing version are that version)."""
+        return self._run(
+            self._ops.upload_dataset(name, Path(source), project, filename, on_progress)
+        )
+
+    def bundles(self, project: str | None = None) -> list[models.Bundle]:
+        return self._run(self._ops.bundles(project))
+
+    def datasets(self, name: str | None = None, project: str | None = None) -> list[models.Dataset]:
+        return self._run(self._ops.datasets(name, project))
 
     def get(self, job_id: str) -> models.Job:
         return self._run(self._ops.get(job_id))

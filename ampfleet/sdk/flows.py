@@ -26,7 +26,9 @@ from ampfleet.sdk.errors import (
     error_from_response,
 )
 from ampfleet.sdk.models import (
+    Bundle,
     CreatedKey,
+    Dataset,
     Diagnosis,
     Event,
     EventPage,
@@ -41,8 +43,14 @@ from ampfleet.sdk.models import (
 )
 from ampfleet.sdk.protocol import Flow, Item, IterFlow, Query, Request, Sleep, query
 from ampfleet.sdk.streams import SSE_MEDIA_TYPE, JobFrames, log_lines, resumable_stream
+from ampfleet.sdk.uploads import list_of, spec_with_code, upload_bundle, upload_dataset
 
 SpecInput = JobSpec | Mapping[str, Any] | str | os.PathLike[str]
+CodeSource = str | os.PathLike[str]
+"""A folder to pack, an archive file, or the id of a bundle uploaded before."""
+InputSource = str | os.PathLike[str]
+"""A folder or file to upload as a dataset, or `name@version` / `file:///...` as it is."""
+PLACEHOLDER_BUNDLE = "bnd_" + "0" * 26
 States = JobState | str | Iterable[JobState | str] | None
 EVENTS_PAGE = 1000
 LOGS_PAGE = 1000
@@ -50,23 +58,31 @@ _nodes = TypeAdapter(list[Node])
 _keys = TypeAdapter(list[Key])
 
 
+def spec_mapping(spec: SpecInput) -> Mapping[str, Any]:
+    """The spec as given: a JobSpec's set fields, a mapping, or a YAML (or JSON) file's."""
+    if isinstance(spec, JobSpec):
+        return spec.model_dump(mode="json", exclude_unset=True)
+    if isinstance(spec, str | os.PathLike):
+        path = Path(spec)
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise SpecError(
+                422, "invalid_spec", f"cannot read the job spec {path}: {exc}"
+            ) from None
+        if not isinstance(loaded, Mapping):
+            raise SpecError(422, "invalid_spec", f"{path} does not hold a mapping (a job spec)")
+        return loaded
+    return spec
+
+
 def load_spec(spec: SpecInput) -> JobSpec:
     """A JobSpec from a JobSpec, a mapping, or the path of a YAML (or JSON) file; a spec that
     cannot be valid raises SpecError with the offending fields, before any request."""
     if isinstance(spec, JobSpec):
         return spec
-    if isinstance(spec, str | os.PathLike):
-        path = Path(spec)
-        try:
-            spec = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise SpecError(
-                422, "invalid_spec", f"cannot read the job spec {path}: {exc}"
-            ) from None
-        if not isinstance(spec, Mapping):
-            raise SpecError(422, "invalid_spec", f"{path} does not hold a mapping (a job spec)")
     try:
-        return JobSpec.model_validate(spec)
+        return JobSpec.model_validate(spec_mapping(spec))
     except ValidationError as exc:
         message, details = describe_invalid("job spec", exc.errors(), ErrorDetail, _spec_field)
         raise SpecError(422, "validation_error", message, details) from None
@@ -113,11 +129,75 @@ class Operations:
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    def submit(self, spec: SpecInput, idempotency_key: str | None) -> Flow[Job]:
+    def submit(
+        self,
+        spec: SpecInput,
+        idempotency_key: str | None,
+        code: CodeSource | None = None,
+        inputs: Mapping[str, InputSource] | None = None,
+        on_progress: Callable[[str, int], None] | None = None,
+    ) -> Flow[Job]:
+        if code is not None or inputs:
+            spec = yield from self._brought(spec_mapping(spec), code, inputs or {}, on_progress)
         body = load_spec(spec).model_dump(mode="json", exclude_unset=True)
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         response = yield from self.send(Request("POST", "/v1/jobs", json=body, headers=headers))
         return Job.model_validate_json(response.content)
+
+    def _brought(
+        self,
+        spec: Mapping[str, Any],
+        code: CodeSource | None,
+        inputs: Mapping[str, InputSource],
+        on_progress: Callable[[str, int], None] | None,
+    ) -> Flow[dict[str, Any]]:
+        """The spec naming the bundle and datasets it brings, uploaded first (a folder is
+        packed; a `bnd_...` id or a `name@version` reference is taken as it is). The spec is
+        checked before anything is uploaded."""
+        load_spec(spec_with_code(spec, PLACEHOLDER_BUNDLE if code else None, {}))
+        project = spec.get("project")
+
+        def progress(what: str) -> Callable[[int], None] | None:
+            return None if on_progress is None else lambda sent: on_progress(what, sent)
+
+        bundle_id = None
+        if isinstance(code, str) and code.startswith("bnd_"):
+            bundle_id = code
+        elif code is not None:
+            source = Path(code)
+            bundle = yield from upload_bundle(self.send, source, project, progress(str(source)))
+            bundle_id = bundle.id
+        refs = {}
+        for name, item in inputs.items():
+            if isinstance(item, str) and not Path(item).exists():
+                refs[name] = item  # a dataset reference, or a file:/// path on the nodes
+                continue
+            dataset = yield from upload_dataset(
+                self.send, name, Path(item), project, None, progress(str(item))
+            )
+            refs[name] = dataset.ref
+        return spec_with_code(spec, bundle_id, refs)
+
+    def upload_bundle(
+        self, source: Path, project: str | None, on_progress: Callable[[int], None] | None
+    ) -> Flow[Bundle]:
+        return (yield from upload_bundle(self.send, source, project, on_progress))
+
+    def upload_dataset(
+        self,
+        name: str,
+        source: Path,
+        project: str | None,
+        filename: str | None,
+        on_progress: Callable[[int], None] | None,
+    ) -> Flow[Dataset]:
+        return (yield from upload_dataset(self.send, name, source, project, filename, on_progress))
+
+    def bundles(self, project: str | None) -> Flow[list[Bundle]]:
+        return (yield from list_of(self.send, "/v1/bundles", Bundle, project=project))
+
+    def datasets(self, name: str | None, project: str | None) -> Flow[list[Dataset]]:
+        return (yield from list_of(self.send, "/v1/datasets", Dataset, name=name, project=project))
 
     def get(self, job_id: str) -> Flow[Job]:
         response = yield from self.send(Request("GET", _job(job_id)))

@@ -350,3 +350,44 @@ class Dataset(ApiModel):
     @property
     def ref(self) -> str:
         return f"{self.name}@{self.version}"
+
+
+class ArchivedFile(ApiModel):
+    path: str
+    size: int = 0
+    kind: str = "file"
+
+
+class Bundle(ApiModel):
+    """A code bundle: name its id in a spec's `code.bundle`."""
+
+    id: str
+    project: str
+    sha256: str
+    size: int
+    format: str
+    file_count: int = 0
+    unpacked_size: int = 0
+    created_at: datetime | None = None
+    files: list[ArchivedFile] = Field(default_factory=list)
+
+
+class Dataset(ApiModel):
+    """One version of a named dataset: a spec's `inputs` names it `name@version`."""
+
+    id: str
+    project: str
+    name: str
+    version: int
+    sha256: str
+    size: int
+    format: str
+    filename: str | None = None
+    file_count: int = 0
+    unpacked_size: int = 0
+    created_at: datetime | None = None
+    files: list[ArchivedFile] = Field(default_factory=list)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
