@@ -88,13 +88,15 @@ def needed(requirements: list[Requirement], extras: set[str]) -> list[Requiremen
 def closure(requirements: list[Requirement]) -> dict[str, Distribution]:
     """The installed distributions these requirements need, theirs included."""
     found: dict[str, Distribution] = {}
+    followed: set[tuple[str, frozenset[str]]] = set()  # a name, with the extras it was asked with
     pending = list(requirements)
     while pending:
         requirement = pending.pop()
         name = canonicalize_name(requirement.name)
-        if name in found:
+        if (name, frozenset(requirement.extras)) in followed:
             continue
-        found[name] = installed = distribution(requirement.name)
+        followed.add((name, frozenset(requirement.extras)))
+        installed = found.setdefault(name, distribution(requirement.name))
         theirs = [Requirement(line) for line in installed.requires or []]
         pending.extend(needed(theirs, set(requirement.extras)))
     return found
