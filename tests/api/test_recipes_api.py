@@ -6,31 +6,17 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 
 from ampfleet.core.db import session_scope
-from ampfleet.core.models import Node, utcnow
-from tests.support.factories import job_spec, row_counts
+from ampfleet.core.models import Node
+from tests.support.factories import add_node, job_spec, row_counts
 
 # 12 layers of width 4096: about 2.4e9 parameters, 39 GB of model states per rank.
 LARGE_GPT = {"d_model": 4096, "n_layers": 12, "n_heads": 32}
 
 
 def register_cpu_node(*, slots: int, memory_mb: int | None, node_id: str = "node-m") -> None:
-    with session_scope() as session:
-        session.add(
-            Node(
-                id=node_id,
-                queue=f"node.{node_id}",
-                address="127.0.0.1",
-                accelerator="cpu",
-                slots=slots,
-                gpu_model=None,
-                gpu_memory_mb=None,
-                memory_mb=memory_mb,
-                labels={},
-                state="ready",
-                registered_at=utcnow(),
-                last_heartbeat_at=utcnow(),
-            )
-        )
+    add_node(
+        node_id, slots, accelerator="cpu", gpu_model=None, gpu_memory_mb=None, memory_mb=memory_mb
+    )
 
 
 def test_recipes_list_each_installed_recipe_with_its_hyperparameter_schema(

@@ -91,20 +91,18 @@ def insert_job(
 
 
 def add_node(node_id: str, slots: int = 8, **fields: Any) -> None:
-    """A ready GPU node with a fresh heartbeat (an H200 unless `fields` say otherwise)."""
+    """A ready node with a fresh heartbeat: an H200 GPU node unless `fields` say otherwise."""
+    row: dict[str, Any] = {
+        "accelerator": "cuda",
+        "gpu_model": "NVIDIA H200",
+        "gpu_memory_mb": 143_000,
+        "labels": {},
+        "state": "ready",
+        "registered_at": utcnow(),
+        "last_heartbeat_at": utcnow(),
+        **fields,
+    }
     with session_scope() as session:
         session.add(
-            Node(
-                id=node_id,
-                queue=f"node.{node_id}",
-                address="127.0.0.1",
-                accelerator=fields.pop("accelerator", "cuda"),
-                gpu_model=fields.pop("gpu_model", "NVIDIA H200"),
-                gpu_memory_mb=fields.pop("gpu_memory_mb", 143_000),
-                slots=slots,
-                labels=fields.pop("labels", {}),
-                state="ready",
-                registered_at=utcnow(),
-                last_heartbeat_at=utcnow(),
-            )
+            Node(id=node_id, queue=f"node.{node_id}", address="127.0.0.1", slots=slots, **row)
         )
