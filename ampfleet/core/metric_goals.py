@@ -1,12 +1,12 @@
 """Which metric series are objectives, and which way is better: the one rule behind the
-metrics summary's `best` (API), the CLI's final metrics and its log axis for losses.
+metrics summary's `goal` and `best` (API), which the CLI's final metrics and its log
+axis for losses read.
 
 A job reports dozens of series (learning_rate, grad_norm, peak_memory_mb_rank0,
 skipped_steps, ...); a "best" learning rate means nothing, so only objectives get one.
 A series is an objective when its recipe declares it (`RecipeDefinition.metrics`, which
 wins), or when its name is a known objective, with an optional split prefix: `loss`,
-`val_loss`, `train_accuracy`, `val_bits_per_char`. Everything else has no direction.
-Pure and torch-free: the client uses it too."""
+`val_loss`, `train_accuracy`, `val_bits_per_char`. Everything else has no direction."""
 
 from __future__ import annotations
 
@@ -39,9 +39,3 @@ def metric_goal(
     if _MAXIMISED.match(name):
         return "max"
     return None
-
-
-def is_loss_like(name: str, declared: Mapping[str, MetricDirection] | None = None) -> bool:
-    """An objective to minimise: its values usually fall over decades, so a log axis
-    shows the whole curve where a linear one squashes all but the first points."""
-    return metric_goal(name, declared) == "min"

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import insert
 
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Metric, utcnow
+from ampfleet.core.recipes import installed_recipes
 from tests.api.test_events_stream import read_frames
 from tests.support.factories import job_spec
+from tests.support.probe_recipe import install_probe
 
 
 def add_series(job_id: str, name: str, values: list[float]) -> None:
@@ -59,6 +64,43 @@ def test_large_series_is_downsampled_with_exact_bucket_statistics(client: TestCl
     assert [p["value"] for p in accuracy["points"]] == [0.5, 0.9, 0.8]
     assert accuracy["summary"]["goal"] == "max"
     assert accuracy["summary"]["best_step"] == 2
+
+
+def test_only_objectives_have_a_best(client: TestClient) -> None:
+    job = client.post("/v1/jobs", json=job_spec()).json()
+    add_series(job["id"], "learning_rate", [3e-4, 2e-4, 1e-4])
+    add_series(job["id"], "skipped_steps", [0.0, 0.0, 1.0])
+    add_series(job["id"], "val_loss", [0.9, 0.4, 0.5])
+    body = client.get(f"/v1/jobs/{job['id']}/metrics").json()
+    summaries = {s["name"]: s["summary"] for s in body["series"]}
+    for name in ("learning_rate", "skipped_steps"):
+        assert summaries[name]["goal"] is None, name
+        assert (summaries[name]["best"], summaries[name]["best_step"]) == (None, None), name
+    assert (summaries["learning_rate"]["min"], summaries["learning_rate"]["last"]) == (1e-4, 1e-4)
+    best = (summaries["val_loss"]["goal"], summaries["val_loss"]["best"])
+    assert (*best, summaries["val_loss"]["best_step"]) == ("min", 0.4, 2)
+
+
+@pytest.fixture
+def probe_installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """The probe recipe, installed for this process (it declares `reward` as "max")."""
+    install_probe(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    installed_recipes.cache_clear()
+    yield
+    installed_recipes.cache_clear()
+
+
+def test_a_recipe_declares_which_way_its_metrics_are_better(
+    probe_installed: None, client: TestClient
+) -> None:
+    job = client.post("/v1/jobs", json=job_spec(recipe="probe", hyperparameters={})).json()
+    add_series(job["id"], "reward", [1.0, 3.0, 2.0])
+    add_series(job["id"], "loss", [1.0, 3.0, 2.0])
+    body = client.get(f"/v1/jobs/{job['id']}/metrics").json()
+    summaries = {s["name"]: s["summary"] for s in body["series"]}
+    assert (summaries["reward"]["goal"], summaries["reward"]["best"]) == ("max", 3.0)
+    assert (summaries["loss"]["goal"], summaries["loss"]["best"]) == ("min", 1.0)
 
 
 def test_filters_by_name_and_step_range(client: TestClient) -> None:

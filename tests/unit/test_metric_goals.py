@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ampfleet.core.metric_goals import is_loss_like, metric_goal
+from ampfleet.core.metric_goals import metric_goal
 from ampfleet.core.recipes import declared_metrics, installed_recipes
 
 # Every series the loop and the node agent report, beside the built-in recipes' validation.
@@ -49,7 +49,6 @@ def test_objectives_have_a_direction_by_name(name: str, goal: str) -> None:
 @pytest.mark.parametrize("name", NOT_OBJECTIVES)
 def test_what_is_not_an_objective_has_no_direction(name: str) -> None:
     assert metric_goal(name) is None
-    assert not is_loss_like(name)
 
 
 def test_a_recipes_declaration_wins_over_the_name() -> None:
@@ -58,8 +57,6 @@ def test_a_recipes_declaration_wins_over_the_name() -> None:
     assert metric_goal("val_loss", declared) == "max"
     assert metric_goal("learning_rate", declared) == "min"
     assert metric_goal("val_accuracy", declared) == "max"  # not declared: the name rule
-    assert is_loss_like("loss", declared)
-    assert not is_loss_like("val_loss", declared)
 
 
 def test_installed_recipes_declare_what_the_name_rule_agrees_with() -> None:
