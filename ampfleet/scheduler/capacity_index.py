@@ -159,8 +159,15 @@ class Overlay:
     def fits(self) -> bool:
         return self._have >= self._need
 
-    def add(self, allocations: Iterable[tuple[int, int]], sign: int = 1) -> bool:
-        """Return (sign 1) or take back (sign -1) slots; True if any were on a matching node."""
+    def return_slots(self, allocations: Iterable[tuple[int, int]]) -> bool:
+        """What if these (node, slots) came back; True if any are on a matching node."""
+        return self._shift(allocations, +1)
+
+    def withdraw(self, allocations: Iterable[tuple[int, int]]) -> None:
+        """Undo a `return_slots` of these (node, slots)."""
+        self._shift(allocations, -1)
+
+    def _shift(self, allocations: Iterable[tuple[int, int]], sign: int) -> bool:
         touched = False
         for node, slots in allocations:
             if self._index.group(node) not in self._group_set:

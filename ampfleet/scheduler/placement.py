@@ -24,18 +24,22 @@ The rules, and why each one is there:
   same pass: victims must checkpoint and exit first. The free slots the job will need are held
   meanwhile, so backfill cannot undo the preemption. A victim keeps its real priority until it
   is gone, so the next pass picks the same victims again; the caller treats a repeat as a no-op.
+
+The pass's state (free slots, holds, charges, what it has claimed) lives in `_Pass`; the
+search for victims is `preemption.py`'s, and the words of every reason are `reasons.py`'s.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ampfleet.core.fairshare import ProjectPolicy, queue_key, weight
-from ampfleet.core.fleet import JobRequest, NodeView, describe_constraints, fits_fleet, matches
+from ampfleet.core.fleet import JobRequest, NodeView, fits_fleet, matches
+from ampfleet.scheduler import reasons
 from ampfleet.scheduler.capacity_index import CapacityIndex, Overlay
+from ampfleet.scheduler.preemption import Preemptible
 
 __all__ = [
     "Decision",
@@ -176,39 +180,6 @@ def _constraints(job: JobRequest) -> _Constraints:
     )
 
 
-def _describe(job: JobRequest) -> str:
-    """'2 x 4 slots of cuda, pool=a100': what reasons call the request."""
-    if job.total_procs is not None:
-        shape = f"{job.total_procs} slots"
-    else:
-        shape = f"{job.nodes or 1} x {job.procs_per_node or 1} slots"
-    return f"{shape} of {describe_constraints(job)}"
-
-
-def _cost(victims: Iterable[RunningJob]) -> int:
-    """New preemptions a choice of victims takes: jobs already exiting are free."""
-    return sum(1 for victim in victims if not victim.preempting)
-
-
-def _named(jobs: Sequence[tuple[str, str]], viewer: str) -> str:
-    """(job id, project) pairs as a reason shows them to a job of project `viewer`: its own
-    jobs by id, other projects' jobs only counted (their ids are theirs to see)."""
-    own = [job_id for job_id, project in jobs if project == viewer]
-    others = len(jobs) - len(own)
-    return ", ".join([*own, *([f"{others} of other projects"] if others else [])])
-
-
-def _waiting_for(victims: Sequence[RunningJob], viewer: str) -> str:
-    new = [(victim.id, victim.project) for victim in victims if not victim.preempting]
-    exiting = [(victim.id, victim.project) for victim in victims if victim.preempting]
-    parts = (
-        [f"{len(new)} lower-priority job(s) to be preempted: {_named(new, viewer)}"] if new else []
-    )
-    if exiting:
-        parts.append(f"{len(exiting)} preempted job(s) to exit: {_named(exiting, viewer)}")
-    return "waiting for " + "; and ".join(parts)
-
-
 def _plan(index: CapacityIndex, groups: Sequence[int], job: JobRequest) -> _Plan | None:
     if job.total_procs is not None:
         return index.pack(groups, job.total_procs)
@@ -258,18 +229,9 @@ class _Pass:
                 for node_id, slots in job.allocations.items()
                 if node_id in number
             ]
-        self.exiting = sorted(
-            (job for job in running if job.preempting), key=lambda job: (-job.started, job.id)
+        self.preemptible = Preemptible(
+            running, self.allocations, group_of=self.index.group, allow_preemption=allow_preemption
         )
-        self.preemptible = (
-            sorted(
-                (job for job in running if not job.preempting),
-                key=lambda job: (job.priority, -job.started, job.id),
-            )
-            if allow_preemption
-            else []
-        )
-        self.lowest_running = min((job.priority for job in self.preemptible), default=None)
         self.ending = sorted(
             (job.estimated_end, job.id, job) for job in running if job.estimated_end is not None
         )
@@ -278,12 +240,13 @@ class _Pass:
         self.near_reservation: set[str] = set()  # running on the reservation's nodes
         # (job, its project, free slots held for it), in order
         self.holds: list[tuple[str, str, _Plan]] = []
-        self.changes = 0  # bumped whenever free slots or victims change: keys `no_victims`
+        # Bumped by `_place` and `_hold`, the two changes of free slots, holds and victims:
+        # the two caches below hold only while it stays the same.
+        self.changes = 0
         self.no_victims: set[tuple[object, ...]] = set()
-        self.by_size: dict[tuple[int, ...], list[RunningJob]] = {}
+        self.capacity_reasons: dict[tuple[object, ...], tuple[int, str]] = {}
         self.groups_for: dict[_Constraints, tuple[int, ...]] = {}
         self.hopeless: dict[tuple[object, ...], str | None] = {}
-        self.waiting: dict[tuple[object, ...], tuple[int, str]] = {}
         self.placements: list[Placement] = []
         self.preemptions: list[Preemption] = []
         self.reserved: dict[str, tuple[tuple[str, int], ...]] = {}
@@ -325,42 +288,43 @@ class _Pass:
         limit = policy.max_slots if policy is not None else None
         holds = self.holding.get(job.project, 0)
         if limit is not None and holds + job.slots > limit:
-            quota = f"project {job.project} is at its quota of {limit} slots (holds {holds})"
-            self.pending.append((job.id, quota, None))
+            self.pending.append((job.id, reasons.slots_quota(job.project, limit, holds), None))
             return
         job_limit = policy.max_jobs if policy is not None else None
         placed = self.jobs_placed.get(job.project, 0)
         if job_limit is not None and placed >= job_limit:
-            quota = f"project {job.project} is at its quota of {job_limit} concurrent jobs"
-            self.pending.append((job.id, quota, None))
+            self.pending.append((job.id, reasons.jobs_quota(job.project, job_limit), None))
             return
         constraints = _constraints(job)
         groups = self._groups(job, constraints)
         hopeless = self._hopeless(job, constraints, groups)
         if hopeless is not None:
-            self.pending.append((job.id, f"no node matches: {hopeless}", None))
+            self.pending.append((job.id, reasons.no_node_matches(hopeless), None))
             return
         plan = _plan(self.index, groups, job)
         if plan is not None:
             self._place(job, plan)
             return
-        self.pending.append((job.id, *self._wait(job, constraints, groups)))
+        self.pending.append((job.id, *self._preempt_or_reserve(job, constraints, groups)))
 
-    def _wait(
+    def _preempt_or_reserve(
         self, job: JobRequest, constraints: _Constraints, groups: tuple[int, ...]
     ) -> tuple[str, float | None]:
-        """Preempt for `job`, or reserve for it when it is the first to wait; say which."""
-        victims = self._victims(job, constraints, groups)
+        """Preempt for `job`, or reserve for it when it is the first to wait; the reason it
+        is pending and when it is estimated to start."""
+        victims = self._preempt_for(job, constraints, groups)
         if victims:
-            return _waiting_for(victims, job.project), None
+            new = [(victim.id, victim.project) for victim in victims if not victim.preempting]
+            exiting = [(victim.id, victim.project) for victim in victims if victim.preempting]
+            return reasons.preemption_wait(new, exiting, job.project), None
         if not self.head_seen:
             self.head_seen = True
-            waiting = self._waiting(job, groups)
+            waiting = self._capacity_reason(job, groups)
             start = self._reserve(job, groups)
             if start is None:
-                return f"{waiting}; no running job reports an end that frees enough", None
-            return f"{waiting}; reserved, to start in about {start - self.now:.0f}s", start
-        return self._waiting(job, groups), None
+                return reasons.no_reservation(waiting), None
+            return reasons.reserved(waiting, start - self.now), start
+        return self._capacity_reason(job, groups), None
 
     def _groups(self, job: JobRequest, constraints: _Constraints) -> tuple[int, ...]:
         groups = self.groups_for.get(constraints)
@@ -380,13 +344,9 @@ class _Pass:
                 return None
             usable = [node for group in groups for node in self.usable[group]]
             down = sum(self.down[group] for group in groups)
-            message = (
-                fits_fleet(job, usable)
-                if usable
-                else f"no schedulable node matches {describe_constraints(job)}"
-            )
+            message = fits_fleet(job, usable) if usable else reasons.no_schedulable_node(job)
             if message is not None and down:
-                message += f"; {down} matching node(s) are cordoned or down"
+                message = reasons.with_nodes_down(message, down)
             self.hopeless[key] = message
         return self.hopeless[key]
 
@@ -397,23 +357,18 @@ class _Pass:
         per_node = job.procs_per_node or 1
         return sum(count for size, count in sizes if size >= per_node) >= (job.nodes or 1)
 
-    def _waiting(self, job: JobRequest, groups: tuple[int, ...]) -> str:
-        """What a job that waits for capacity is told; kept while no slot changes hands."""
+    def _capacity_reason(self, job: JobRequest, groups: tuple[int, ...]) -> str:
+        """What a job that waits for free slots is told; kept while no slot changes hands."""
         key = (groups, job.nodes, job.procs_per_node, job.total_procs, job.project)
-        cached = self.waiting.get(key)
+        cached = self.capacity_reasons.get(key)
         if cached is not None and cached[0] == self.changes:
             return cached[1]
         blocking = self._holders_in_the_way(job, groups)
         if blocking:
-            text = (
-                f"behind {len(blocking)} higher-priority job(s) holding the slots it needs "
-                f"for a reservation or a preemption: {_named(blocking, job.project)}"
-            )
+            text = reasons.behind_holders(blocking, job.project)
         else:
-            text = (
-                f"waiting for capacity: needs {_describe(job)}, free now: {self._free(job, groups)}"
-            )
-        self.waiting[key] = (self.changes, text)
+            text = reasons.capacity_wait(job, self.index, groups)
+        self.capacity_reasons[key] = (self.changes, text)
         return text
 
     def _holders_in_the_way(
@@ -424,17 +379,9 @@ class _Pass:
             return []
         overlay = self._overlay(job, groups)
         in_the_way = [
-            (holder, project) for holder, project, held in self.holds if overlay.add(held)
+            (holder, project) for holder, project, held in self.holds if overlay.return_slots(held)
         ]
         return in_the_way if overlay.fits() else []
-
-    def _free(self, job: JobRequest, groups: tuple[int, ...]) -> str:
-        total = f"{self.index.total_free(groups)} free slots on matching nodes"
-        if job.total_procs is not None:
-            return total
-        per_node = job.procs_per_node or 1
-        enough = self.index.nodes_with_at_least(groups, per_node)
-        return f"{enough} matching node(s) with >= {per_node} free slots, {total}"
 
     def _place(self, job: JobRequest, plan: _Plan) -> None:
         slots = job.slots
@@ -481,7 +428,7 @@ class _Pass:
         for end, victim_id, _ in self.ending:
             if victim_id in self.victims:
                 continue  # its slots are promised to the job that preempts it
-            if overlay.add(self.allocations[victim_id]) and overlay.fits():
+            if overlay.return_slots(self.allocations[victim_id]) and overlay.fits():
                 plan = self._hold(job, overlay)
                 spoken_for = {node for node, _ in plan}
                 self.near_reservation = {
@@ -492,95 +439,34 @@ class _Pass:
                 return max(end, self.now)
         return None
 
-    def _victims(
+    def _preempt_for(
         self, job: JobRequest, constraints: _Constraints, groups: tuple[int, ...]
     ) -> list[RunningJob]:
-        """Fewest strictly lower-priority victims (lowest priority, latest start first) whose
-        slots make `job` fit; their slots and the free slots it needs are then spoken for.
-        Jobs already exiting from an earlier preemption are taken first: they cost nothing.
-
-        The fewest is searched greedily two ways, each pruned to a set where every victim is
-        needed: in order of preference, and by most matching slots (which wins only when it
-        needs fewer victims). Exact minimum sets are a set cover; this is the cheap bound.
-        """
-        can_preempt = self.lowest_running is not None and job.priority > self.lowest_running
-        if not (can_preempt or self.exiting):
+        """The victims whose slots make `job` fit (`preemption.Preemptible`), told to exit;
+        their slots and the free slots it needs are then spoken for. None fit: []."""
+        if not self.preemptible.worth_searching(job.priority):
             return []
         key = (constraints, job.nodes, job.procs_per_node, job.total_procs, job.priority)
         if (*key, self.changes) in self.no_victims:
             return []
-        by_preference = self._prune(job, groups, self._candidates(job))
-        if by_preference is None:
+        victims = self.preemptible.fewest_victims(
+            job.priority, groups, lambda: self._overlay(job, groups), self._claimed
+        )
+        if victims is None:
             self.no_victims.add((*key, self.changes))
             return []
-        victims = by_preference
-        if _cost(by_preference) > 1:
-            by_size = self._unclaimed(self._largest_first(groups), job.priority)
-            fewer = self._prune(job, groups, itertools.chain(self._exiting(), by_size))
-            if fewer is not None and _cost(fewer) < _cost(by_preference):
-                victims = fewer
         overlay = self._overlay(job, groups)
         for victim in victims:
-            overlay.add(self.allocations[victim.id])
+            overlay.return_slots(self.allocations[victim.id])
             self.victims.add(victim.id)
             if not victim.preempting:
                 self.preemptions.append(Preemption(victim.id, job.id))
         self._hold(job, overlay)
         return victims
 
-    def _largest_first(self, groups: tuple[int, ...]) -> list[RunningJob]:
-        """Running jobs by slots on these groups' nodes, most first; ties by preference."""
-        ordered = self.by_size.get(groups)
-        if ordered is None:
-            matching = set(groups)
-
-            def matching_slots(victim: RunningJob) -> int:
-                allocations = self.allocations[victim.id]
-                return sum(s for n, s in allocations if self.index.group(n) in matching)
-
-            ordered = sorted(self.preemptible, key=matching_slots, reverse=True)
-            self.by_size[groups] = ordered
-        return ordered
-
-    def _candidates(self, job: JobRequest) -> Iterator[RunningJob]:
-        """Possible victims for `job`, most preferred first: jobs already exiting cost nothing."""
-        yield from self._exiting()
-        lower = itertools.takewhile(lambda v: v.priority < job.priority, self.preemptible)
-        yield from self._unclaimed(lower, None)
-
-    def _exiting(self) -> Iterator[RunningJob]:
-        return self._unclaimed(self.exiting, None)
-
-    def _unclaimed(self, running: Iterable[RunningJob], below: int | None) -> Iterator[RunningJob]:
-        """Those not yet taken this pass and not under the reservation (whose slots it counts
-        on), of priority below `below` when given."""
-        for victim in running:
-            if below is not None and victim.priority >= below:
-                continue
-            if victim.id not in self.victims and victim.id not in self.near_reservation:
-                yield victim
-
-    def _prune(
-        self, job: JobRequest, groups: tuple[int, ...], candidates: Iterable[RunningJob]
-    ) -> list[RunningJob] | None:
-        """Candidates in order until `job` fits, then without any that turned out unneeded."""
-        overlay = self._overlay(job, groups)
-        chosen: list[RunningJob] = []
-        for victim in candidates:
-            if overlay.add(self.allocations[victim.id]):
-                chosen.append(victim)
-                if overlay.fits():
-                    break
-        else:
-            return None
-        for i in reversed(range(len(chosen) - 1)):  # the last one added is always needed
-            allocations = self.allocations[chosen[i].id]
-            overlay.add(allocations, sign=-1)
-            if overlay.fits():
-                del chosen[i]
-            else:
-                overlay.add(allocations)
-        return chosen
+    def _claimed(self, job_id: str) -> bool:
+        """A running job this pass counts on: another job's victim, or under the reservation."""
+        return job_id in self.victims or job_id in self.near_reservation
 
     def decision(self) -> Decision:
         pending = {
