@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -56,6 +56,14 @@ Key = Annotated[
     ),
 ]
 JobId = Annotated[str, typer.Argument(help="The job's id (job_...).", show_default=False)]
+Data = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--data",
+        help="NAME=PATH: upload a file or folder as dataset NAME, the job's input NAME "
+        "(or NAME=dataset@3 for one uploaded before). Repeat for more.",
+    ),
+]
 PANEL = "Use the API"
 STATE_STYLES = {"SUCCEEDED": "green", "RUNNING": "cyan", "QUEUED": "yellow"}
 keys_app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
@@ -74,6 +82,11 @@ def _report(error: ClientError, key_given: bool) -> None:
             console.print(f"  [red]{escape(detail.field or '-')}[/red]: {escape(detail.message)}")
     if isinstance(error, Unauthorized) and not key_given:
         console.print("  give a key with --key or AMPFLEET_API_KEY")
+
+
+def _fail(message: str) -> NoReturn:
+    Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(message)}")
+    raise typer.Exit(1)
 
 
 @contextmanager
@@ -163,13 +176,38 @@ def submit(
         str | None, typer.Option(help="The same key and spec give the same job.")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print the job id only.")] = False,
+    code: Annotated[
+        Path | None,
+        typer.Option(
+            "--code",
+            help="Pack and upload this folder (honouring .gitignore and .ampignore) as the "
+            "spec's code bundle.",
+        ),
+    ] = None,
+    data: Data = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Say what packing --code left out.")
+    ] = False,
     url: Url = None,
     key: Key = None,
 ) -> None:
     """Submit a job; with --follow, exit 0 only if it SUCCEEDED."""
     console = _stdout()
     with _client(url, key) as client:
-        job = client.submit(spec, idempotency_key)
+        if code is not None or data:
+            from ampfleet.cli_code import bring, parse_data
+
+            job = bring(
+                client,
+                spec,
+                idempotency_key,
+                code,
+                parse_data(data),
+                verbose=verbose,
+                quiet=quiet,
+            )
+        else:
+            job = client.submit(spec, idempotency_key)
         if quiet:
             typer.echo(job.id)
         else:
@@ -459,3 +497,6 @@ def register(app: typer.Typer) -> None:
     from ampfleet import cli_recipes
 
     cli_recipes.register(app)
+    from ampfleet import cli_code
+
+    cli_code.register(app)

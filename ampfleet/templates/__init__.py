@@ -1,0 +1,1 @@
+"""What `ampfleet init` writes: a recipe project that runs as it is (see project.py)."""
