@@ -107,17 +107,34 @@ class Resources(_Strict):
 
 
 class Stop(_Strict):
+    """When training ends: after `max_steps` or `epochs` (whichever comes first), with
+    `max_runtime_s` as a limit on each attempt (past it, TIMED_OUT); or, given alone,
+    when `max_runtime_s` is up: the job trains until then and finishes like any other
+    (final evaluation, checkpoint, model), SUCCEEDED."""
+
     max_steps: int | None = Field(None, ge=1, le=10_000_000, description="Optimizer steps.")
     epochs: int | None = Field(None, ge=1, le=100_000, description="Passes over the train set.")
     max_runtime_s: int | None = Field(
-        None, ge=1, le=10**8, description="Wall-clock limit -> TIMED_OUT."
+        None,
+        ge=1,
+        le=10**8,
+        description="Seconds per attempt. With max_steps or epochs a limit (-> TIMED_OUT); "
+        "alone, how long to train (then evaluate, checkpoint and export -> SUCCEEDED).",
     )
 
     @model_validator(mode="after")
     def _needs_an_end(self) -> Stop:
-        if self.max_steps is None and self.epochs is None:
-            raise ValueError("give max_steps or epochs")
+        if self.max_steps is None and self.epochs is None and self.max_runtime_s is None:
+            raise ValueError(
+                "give max_steps, epochs or max_runtime_s (alone, it trains until the time "
+                "is up); leave `stop` out for the default of 100 steps"
+            )
         return self
+
+    @property
+    def runtime_only(self) -> bool:
+        """The time is the goal, not a limit: the ranks stop themselves when it is up."""
+        return self.max_steps is None and self.epochs is None
 
 
 class CheckpointPolicy(_Strict):

@@ -25,6 +25,7 @@ from ampfleet.core.lifecycle import requeue_or_fail, transition
 from ampfleet.core.models import Allocation, Job, Node, utcnow
 from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.core.settings import Settings
+from ampfleet.core.spec import Stop
 from ampfleet.core.states import LAUNCHED_STATES, JobState
 from ampfleet.workers.bundles import bundle_dir, ensure_unpacked
 from ampfleet.workers.inputs import ensure_inputs, local_paths
@@ -171,6 +172,7 @@ class NodeAgent:
                 allocations[0].rendezvous = rendezvous
             run_dir = self._prepare_run_dir(job, node_rank)
             brought = self._brought(job)
+            stop = Stop.model_validate(job.resolved["stop"])
             return LaunchRequest(
                 job_id=job_id,
                 attempt=attempt,
@@ -179,7 +181,8 @@ class NodeAgent:
                 procs_per_node=allocations[node_rank].slots,
                 rendezvous=rendezvous,
                 run_dir=run_dir,
-                max_runtime_s=job.resolved["stop"].get("max_runtime_s"),
+                max_runtime_s=stop.max_runtime_s,
+                runtime_only=stop.runtime_only,
                 code_dir=brought.get("code_dir"),
                 input_paths=tuple(brought["inputs"].values()),
             )

@@ -119,7 +119,7 @@ def apply_records(
             delete_after(session, job, int(record["step"]))
         elif kind == "progress":
             job.step = int(record["step"])
-            job.total_steps = int(record["total_steps"])
+            job.total_steps = record["total_steps"]  # None: a runtime-only job
         elif kind == "event":
             record_event(session, job, record["reason"], record["message"])
         elif kind == "compute":  # FLOPs per step and the peak that MFU is measured against

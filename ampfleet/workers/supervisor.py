@@ -54,6 +54,9 @@ class LaunchRequest:
     max_runtime_s: int | None
     code_dir: str | None = None  # set: the ranks run bundled code, in the sandbox if on
     input_paths: tuple[str, ...] = ()  # the job's inputs on this node: read-only in the sandbox
+    runtime_only: bool = False
+    """max_runtime_s is how long to train: the ranks stop themselves and finish the run;
+    the agent stops them (TIMED_OUT) only if they are still at it a preemption grace later."""
 
 
 @dataclass
@@ -276,10 +279,19 @@ class Supervisor:
             self._stop_attempt(attempt, "cancel")
         elif current[0] == JobState.PREEMPTED:
             self._stop_attempt(attempt, "preempt")
-        elif request.max_runtime_s and time.monotonic() - attempt.started > request.max_runtime_s:
+        elif self._past_runtime(attempt):
             self._stop_attempt(attempt, "timeout")
         elif time.monotonic() - attempt.last_news > self._silence_allowed(attempt):
             self._stop_attempt(attempt, "stalled")
+
+    def _past_runtime(self, attempt: RunningAttempt) -> bool:
+        """Past stop.max_runtime_s; a runtime-only job's ranks get a grace after it to
+        evaluate, checkpoint and export: the same grace a preempted job gets to checkpoint."""
+        request = attempt.request
+        if not request.max_runtime_s:
+            return False
+        grace = self.settings.preempt_grace_s if request.runtime_only else 0.0
+        return time.monotonic() - attempt.started > request.max_runtime_s + grace
 
     def _silence_allowed(self, attempt: RunningAttempt) -> float:
         """The stall timeout is for a running job; until rank 0 first reports, its ranks are
@@ -364,7 +376,12 @@ class Supervisor:
                 from_states=EXITABLE,
                 attempt=number,
                 reason="max_runtime",
-                message=f"ran longer than stop.max_runtime_s={request.max_runtime_s}",
+                message=f"ran longer than stop.max_runtime_s={request.max_runtime_s}"
+                + (
+                    f" and the {self.settings.preempt_grace_s:.0f}s it gets to finish after it"
+                    if request.runtime_only
+                    else ""
+                ),
                 failure_reason=f"exceeded max_runtime_s={request.max_runtime_s}",
             )
         elif attempt.stop_reason == "stalled":

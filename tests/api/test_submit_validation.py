@@ -89,6 +89,23 @@ def test_the_api_and_the_sdk_state_a_bad_spec_in_the_same_words(client: TestClie
     assert hyperparameters["message"] == f"invalid hyperparameters: {summary}"
 
 
+def test_a_stop_with_no_end_is_refused_saying_what_would_do(client: TestClient) -> None:
+    error = client.post("/v1/jobs", json=job_spec(stop={})).json()["error"]
+    assert "give max_steps, epochs or max_runtime_s" in error["message"]
+    assert "default of 100 steps" in error["message"]
+
+
+def test_a_runtime_alone_is_a_spec_and_a_missing_stop_is_100_steps(client: TestClient) -> None:
+    timed = client.post("/v1/jobs", json=job_spec(stop={"max_runtime_s": 300}))
+    assert timed.status_code == 202, timed.text
+    job = timed.json()
+    assert job["spec"]["stop"] == {"max_steps": None, "epochs": None, "max_runtime_s": 300}
+    assert job["progress"]["total_steps"] is None  # it trains until its time is up
+    default = client.post("/v1/jobs", json={"recipe": "digits"}).json()
+    assert default["spec"]["stop"]["max_steps"] == 100
+    assert default["progress"]["total_steps"] == 100
+
+
 def test_malformed_json_is_refused(client: TestClient) -> None:
     response = client.post(
         "/v1/jobs", content=b'{"recipe": "digits",', headers={"content-type": "application/json"}

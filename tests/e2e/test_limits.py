@@ -1,6 +1,7 @@
 """Per-job limits with real processes: the runtime limit ends a job TIMED_OUT; past the
 metric and log volume limits the excess is dropped and counted, an event says so, and the
-job keeps running to success."""
+job keeps running to success. A runtime alone is no limit but the goal: the job trains
+until its time is up and succeeds with its model."""
 
 from __future__ import annotations
 
@@ -31,3 +32,17 @@ def test_runtime_and_volume_limits(make_fleet) -> None:
     reasons = [e["reason"] for e in fleet.events(chatty["id"])]
     assert reasons.count("metric_points_limit_reached") == 1
     assert reasons.count("log_limit_reached") == 1
+
+
+def test_a_runtime_only_job_trains_until_its_time_is_up_and_succeeds(make_fleet) -> None:
+    fleet = make_fleet()
+    job = fleet.submit(job_spec(stop={"max_runtime_s": 10}))
+    done = fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=150)
+    assert done["progress"]["total_steps"] is None
+    assert done["progress"]["step"] >= 10
+    assert "val_accuracy" in done["latest_metrics"]  # the final evaluation ran
+    events = {e["reason"]: e for e in fleet.events(job["id"])}
+    assert "stop.max_runtime_s is up" in events["runtime_reached"]["message"]
+    assert "max_runtime" not in events  # the agent's limit never had to step in
+    listed = fleet.http.get(f"/v1/jobs/{job['id']}/artifacts").json()["items"]
+    assert {"model.safetensors", "manifest.json"} <= {a["name"] for a in listed}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,8 @@ def train_recipe(
     precision: str,
     requested_precision: str | None = None,
     allreduce_dtype: str = "fp32",
-    max_steps: int = 30,
+    max_steps: int | None = 30,
+    runtime_s: float | None = None,
     checkpoint_every: int = 0,
     inf_calls: tuple[int, int] | None = None,
     crash_call: int | None = None,
@@ -58,7 +60,8 @@ def train_recipe(
     guard_every: int = 50,
     checkpoint_writer: Callable[[Path], Any] | None = None,
 ) -> dict[str, Any]:
-    """One rank's run; rank 0's records land in out_dir/events.jsonl."""
+    """One rank's run; rank 0's records land in out_dir/events.jsonl. `runtime_s` with
+    `max_steps=None`: a runtime-only job, training that long from here."""
     torch.manual_seed(seed)
     definition = get_recipe(recipe)
     task = definition.build(
@@ -88,6 +91,7 @@ def train_recipe(
         checkpoint_dir=Path(out_dir) / "checkpoints",
         guard_every_steps=guard_every,
         parallel=ParallelConfig(strategy=strategy),
+        train_until=None if runtime_s is None else time.monotonic() + runtime_s,
     )
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     writer = RecordWriter(Path(out_dir) / "events.jsonl", flush_s) if rank == 0 else None

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ampfleet.core.recipes import get_recipe
+from ampfleet.core.spec import Stop
 from ampfleet.workers.rank_memory import out_of_memory
 from ampfleet.workers.rundir import RecordWriter, RunDir
 from ampfleet.workers.training.bundled import bundled_recipe
@@ -66,9 +67,19 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def train_until(stop: Stop, started: float) -> float | None:
+    """A runtime-only job trains until its time is up, counted from the rank's start (the
+    node agent's own limit, a grace later, counts from the launch just before). With steps
+    or epochs, max_runtime_s is a limit the agent enforces (TIMED_OUT), not a goal."""
+    if stop.runtime_only and stop.max_runtime_s is not None:
+        return started + stop.max_runtime_s
+    return None
+
+
 def run(
     run_dir: RunDir, rank: int, world_size: int, local_rank: int, ranks_on_node: int = 1
 ) -> None:
+    started = time.monotonic()
     job: dict[str, Any] = json.loads(run_dir.job_file.read_text())
     spec = job["spec"]
     device, backend = pick_device(spec["resources"]["accelerator"], local_rank)
@@ -120,6 +131,7 @@ def run(
         checkpoint_dir=Path(job["checkpoint_dir"]),
         parallel=ParallelConfig.from_spec(spec),
         ranks_on_node=ranks_on_node,
+        train_until=train_until(Stop.model_validate(spec["stop"]), started),
     )
     writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
     try:

@@ -3,7 +3,8 @@ micro-steps under autocast (no_sync until the last), unscale, finite check, clip
 update, zero_grad. The same step drives DDP and FSDP (parallel.py wraps the model either
 way). Around it: resume (onto any world size and either strategy), logging, evaluation,
 asynchronous checkpoints, and the precision fallback (fp16 -> bf16 -> fp32) that `auto` jobs
-take when the numbers stop being finite."""
+take when the numbers stop being finite. A runtime-only job (no step count, no epochs) trains
+until its time is up, then ends like any other: final evaluation, checkpoint, export."""
 
 from __future__ import annotations
 
@@ -82,14 +83,18 @@ class LoopConfig:
     guard_threshold: float = 1e-2
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     ranks_on_node: int = 1
+    train_until: float | None = None
+    """A runtime-only job: the `time.monotonic()` after which the ranks agree to stop (at
+    the next stop check) and finish the run; its learning rate decays over that time."""
 
 
-def lr_at(step: int, *, base: float, warmup: int, total: int) -> float:
-    """Linear warmup, then cosine decay to 10% of the base rate."""
+def lr_at(step: int, *, base: float, warmup: int, progress: float) -> float:
+    """Linear warmup over `warmup` steps, then cosine decay to 10% of the base rate as
+    `progress` (the share done of the steps after warmup, or of a runtime-only job's time)
+    goes from 0 to 1."""
     if warmup and step < warmup:
         return base * (step + 1) / warmup
-    progress = (step - warmup) / max(total - warmup, 1)
-    return base * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))))
+    return base * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(max(progress, 0.0), 1.0))))
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
@@ -175,7 +180,11 @@ class Trainer:
             raise ValueError("the training set is smaller than one batch per rank")
         steps_per_epoch = max(len(self.loader) // task.grad_accum_steps, 1)
         total = min(cfg.max_steps or math.inf, (cfg.epochs or math.inf) * steps_per_epoch)
-        self.total_steps = int(total)
+        self.total_steps: int | None = None if math.isinf(total) else int(total)
+        if self.total_steps is None and cfg.train_until is None:
+            raise ValueError("the job has no end: give max_steps, epochs or max_runtime_s")
+        self.started = time.monotonic()
+        self.time_done = 0.0  # a runtime-only job's share of its time, as the ranks agreed
         self.step = 0
         self.skipped_steps = 0
         self.nonfinite_streak = 0
@@ -220,11 +229,11 @@ class Trainer:
         print(
             f"rank {self.cfg.rank}/{self.cfg.world_size} on {self.device} ({self.cfg.backend}): "
             f"{self.precision} compute, {self.comm.dtype_name} AllReduce, "
-            f"{self.total_steps} steps from step {self.step}",
+            f"{self._planned()} from step {self.step}",
             flush=True,
         )
         last: dict[str, float] = {}
-        while self.step < self.total_steps:
+        while self.total_steps is None or self.step < self.total_steps:
             try:
                 metrics = self.step_once()
             except PrecisionFallbackError as fallback:
@@ -233,13 +242,24 @@ class Trainer:
             if metrics:
                 last = metrics
             self._after_step()
-            if self.step % STOP_CHECK_EVERY == 0 and self._stop_agreed():
+            if self.step % STOP_CHECK_EVERY != 0:
+                continue
+            preempted, time_up = self._stop_agreed()
+            if preempted:
                 # Preempted: leave a checkpoint at this exact step and exit cleanly.
                 self._save_unless_saved()
                 self.checkpoints.wait()
                 self.preempted = True
                 self._record("preempted", step=self.step)
                 return last
+            if time_up:
+                self._record(
+                    "event",
+                    reason="runtime_reached",
+                    message=f"stop.max_runtime_s is up after step {self.step}: "
+                    "evaluating, checkpointing and exporting",
+                )
+                break
         final = self.evaluate()
         self._record("metrics", step=self.step, values=final)
         self._save_unless_saved()
@@ -297,9 +317,13 @@ class Trainer:
     def _begin_step(self) -> float:
         """Sets this step's learning rate (returned) and readies the communication."""
         task = self.task
-        lr = lr_at(
-            self.step, base=task.learning_rate, warmup=task.warmup_steps, total=self.total_steps
-        )
+        if self.total_steps is None:
+            progress = self.time_done
+        else:
+            progress = (self.step - task.warmup_steps) / max(
+                self.total_steps - task.warmup_steps, 1
+            )
+        lr = lr_at(self.step, base=task.learning_rate, warmup=task.warmup_steps, progress=progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         reduce_dtype = self.comm.dtype
@@ -362,7 +386,7 @@ class Trainer:
         self._record("metrics", step=self.step, values=metrics)
         if cfg.rank == 0:
             print(
-                f"step {self.step}/{self.total_steps} loss {metrics['loss']:.4f} "
+                f"step {self.step}/{self.total_steps or '?'} loss {metrics['loss']:.4g} "
                 f"lr {lr:.2e} {metrics['samples_per_s']:.0f} samples/s",
                 flush=True,
             )
@@ -379,7 +403,7 @@ class Trainer:
         if (
             cfg.eval_every_steps
             and self.step % cfg.eval_every_steps == 0
-            and (self.step < self.total_steps)
+            and (self.total_steps is None or self.step < self.total_steps)
         ):
             self._record("metrics", step=self.step, values=self.evaluate())
         if cfg.checkpoint_every_steps and self.step % cfg.checkpoint_every_steps == 0:
@@ -390,12 +414,27 @@ class Trainer:
             self._save()
             self.checkpoint_owed = False
 
-    def _stop_agreed(self) -> bool:
-        """Ranks get the stop signal at slightly different moments; they must all stop
-        after the same step, so the flag goes through a (one-element) MAX all_reduce."""
-        flag = torch.tensor([1.0 if self.stop_requested() else 0.0], device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+    def _stop_agreed(self) -> tuple[bool, bool]:
+        """(preempted, time up). Ranks get the stop signal, and read their clocks, at
+        slightly different moments; they must all stop after the same step, and step with
+        the same learning rate, so the flags and a runtime-only job's share of its time go
+        through one MAX all_reduce."""
+        until = self.cfg.train_until
+        share = 0.0
+        if until is not None:
+            share = (time.monotonic() - self.started) / max(until - self.started, 1e-9)
+        values = [1.0 if self.stop_requested() else 0.0, share]
+        agreed = torch.tensor(values, device=self.device)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+        preempted, share = agreed.tolist()
+        self.time_done = share
+        return bool(preempted), until is not None and share >= 1.0
+
+    def _planned(self) -> str:
+        if self.total_steps is not None:
+            return f"{self.total_steps} steps"
+        until = self.cfg.train_until or self.started
+        return f"steps until its time is up ({until - time.monotonic():.0f}s)"
 
     # -- precision fallback ---------------------------------------------------------------
 
