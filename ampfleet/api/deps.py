@@ -13,7 +13,9 @@ from ampfleet.core.db import get_read_sessionmaker, get_sessionmaker, unit_of_wo
 
 def get_db_session(request: Request) -> Iterator[Session]:
     """One unit of work per request: services flush, this commits once, before the response
-    goes out. GET and HEAD only read, and get a session that never waits for writers."""
+    goes out, then runs what the handler registered with `core.db.after_commit` (waking
+    the scheduler), never after a rollback. GET and HEAD only read, and get a session that
+    never waits for writers."""
     factory = get_read_sessionmaker if request.method in ("GET", "HEAD") else get_sessionmaker
     with unit_of_work(factory()) as session:
         yield session

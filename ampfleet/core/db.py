@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
@@ -11,6 +12,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from ampfleet.core.settings import get_settings
+
+log = logging.getLogger(__name__)
 
 
 def make_engine(url: str, *, read_only: bool = False) -> Engine:
@@ -84,9 +87,19 @@ def is_postgres(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
 
 
+_AFTER_COMMIT = "ampfleet.after_commit"
+
+
+def after_commit(session: Session, action: Callable[[], None]) -> None:
+    """Run `action` once `session`'s unit of work has committed, and never if it rolls
+    back: for what must find the committed rows (waking the scheduler for a new job)."""
+    session.info.setdefault(_AFTER_COMMIT, []).append(action)
+
+
 @contextmanager
 def unit_of_work(factory: sessionmaker[Session]) -> Iterator[Session]:
-    """One unit of work: commits once at the end, rolls back on any error."""
+    """One unit of work: commits once at the end, rolls back on any error; then the
+    actions registered with `after_commit`, only after a commit."""
     session = factory()
     try:
         yield session
@@ -95,7 +108,13 @@ def unit_of_work(factory: sessionmaker[Session]) -> Iterator[Session]:
         session.rollback()
         raise
     finally:
+        actions = session.info.pop(_AFTER_COMMIT, [])
         session.close()
+    for action in actions:
+        try:
+            action()
+        except Exception:  # the commit stands; an action is a follow-up, not part of it
+            log.exception("an action after commit failed")
 
 
 @contextmanager
