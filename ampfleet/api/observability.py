@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from ampfleet.core import counters
 from ampfleet.core.capacity import used_slots_by_node
+from ampfleet.core.fleet import is_alive
 from ampfleet.core.models import Job, Node, utcnow
 from ampfleet.core.states import JobState
 
@@ -157,7 +158,7 @@ def node_lines(session: Session, node_timeout_s: float) -> list[str]:
     )
     for node in nodes:
         name = f'node="{label_value(node.id)}"'
-        alive = (now - node.last_heartbeat_at).total_seconds() <= node_timeout_s
+        alive = is_alive(node.last_heartbeat_at, now, node_timeout_s)
         slots.append(f"ampfleet_node_slots{{{name}}} {node.slots}")
         busy.append(f"ampfleet_node_slots_used{{{name}}} {used.get(node.id, 0)}")
         up.append(f"ampfleet_node_up{{{name}}} {int(alive)}")

@@ -139,6 +139,16 @@ class NodeColumns(Protocol):
     last_heartbeat_at: datetime
 
 
+def heartbeat_age_s(last_heartbeat_at: datetime, now: datetime) -> float:
+    return (now - last_heartbeat_at).total_seconds()
+
+
+def is_alive(last_heartbeat_at: datetime, now: datetime, timeout_s: float) -> bool:
+    """The one liveness rule: a node is alive while its last heartbeat is at most the node
+    timeout old. The reaper declares dead exactly the nodes this calls not alive."""
+    return heartbeat_age_s(last_heartbeat_at, now) <= timeout_s
+
+
 def node_view(
     node: NodeColumns | Node,
     used: int = 0,
@@ -148,7 +158,7 @@ def node_view(
 ) -> NodeView:
     alive = True
     if now is not None and timeout_s is not None:
-        alive = (now - node.last_heartbeat_at).total_seconds() <= timeout_s
+        alive = is_alive(node.last_heartbeat_at, now, timeout_s)
     return NodeView(
         id=node.id,
         accelerator=node.accelerator,

@@ -2,40 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from fastapi import APIRouter
 
 from ampfleet.api.auth import AdminPrincipal, CurrentPrincipal
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import responses
-from ampfleet.api.nodes import repository, service
+from ampfleet.api.nodes import service
 from ampfleet.api.nodes.schemas import DrainOut, NodeList, NodeOut
+from ampfleet.core.db import after_commit
 from ampfleet.core.messaging import wake_scheduler
-from ampfleet.core.models import Node
-from ampfleet.core.settings import get_settings
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
-
-
-def _out(node: Node, used: int, now: datetime) -> NodeOut:
-    age = (now - node.last_heartbeat_at).total_seconds()
-    return NodeOut(
-        id=node.id,
-        accelerator=node.accelerator,
-        slots=node.slots,
-        used_slots=used,
-        free_slots=max(node.slots - used, 0),
-        gpu_model=node.gpu_model,
-        gpu_memory_mb=node.gpu_memory_mb,
-        memory_mb=node.memory_mb,
-        labels=node.labels,
-        state=node.state,
-        alive=age <= get_settings().node_timeout_s,
-        last_heartbeat_at=node.last_heartbeat_at,
-        heartbeat_age_seconds=round(age, 3),
-        registered_at=node.registered_at,
-    )
 
 
 @router.get(
@@ -45,9 +22,7 @@ def _out(node: Node, used: int, now: datetime) -> NodeOut:
     summary="Worker nodes, their capacity and liveness",
 )
 def list_nodes(session: SessionDep, _principal: CurrentPrincipal) -> NodeList:
-    now = datetime.now(UTC)
-    used = repository.used_slots_by_node(session)
-    return NodeList(items=[_out(n, used.get(n.id, 0), now) for n in repository.all_nodes(session)])
+    return service.listing(session)
 
 
 @router.post(
@@ -57,8 +32,7 @@ def list_nodes(session: SessionDep, _principal: CurrentPrincipal) -> NodeList:
     summary="Place no new work on the node; what runs there keeps running",
 )
 def cordon(node_id: str, session: SessionDep, _admin: AdminPrincipal) -> NodeOut:
-    node = service.set_state(session, node_id, "cordoned")
-    return _out(node, repository.used_slots_by_node(session).get(node_id, 0), datetime.now(UTC))
+    return service.describe(session, service.set_state(session, node_id, "cordoned"))
 
 
 @router.post(
@@ -69,9 +43,8 @@ def cordon(node_id: str, session: SessionDep, _admin: AdminPrincipal) -> NodeOut
 )
 def uncordon(node_id: str, session: SessionDep, _admin: AdminPrincipal) -> NodeOut:
     node = service.set_state(session, node_id, "ready")
-    session.commit()
-    wake_scheduler()
-    return _out(node, repository.used_slots_by_node(session).get(node_id, 0), datetime.now(UTC))
+    after_commit(session, wake_scheduler)  # work may be waiting for its slots
+    return service.describe(session, node)
 
 
 @router.post(
@@ -82,5 +55,4 @@ def uncordon(node_id: str, session: SessionDep, _admin: AdminPrincipal) -> NodeO
 )
 def drain(node_id: str, session: SessionDep, _admin: AdminPrincipal) -> DrainOut:
     node, preempted = service.drain(session, node_id)
-    used = repository.used_slots_by_node(session).get(node_id, 0)
-    return DrainOut(node=_out(node, used, datetime.now(UTC)), preempted_jobs=preempted)
+    return DrainOut(node=service.describe(session, node), preempted_jobs=preempted)
