@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated
+from typing import Annotated, TypeVar
 
-from fastapi import BackgroundTasks, Depends, Request, Security
+from fastapi import BackgroundTasks, Depends, Query, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import update
+from sqlalchemy import Select, update
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import QueryableAttribute
 
 from ampfleet.api.errors import (
     AmpfleetError,
@@ -33,6 +34,7 @@ bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer amp_..
 api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False)
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 log = logging.getLogger(__name__)
+RowT = TypeVar("RowT")
 
 
 class UnauthorizedError(AmpfleetError):
@@ -43,6 +45,25 @@ class UnauthorizedError(AmpfleetError):
 class ForbiddenError(AmpfleetError):
     status_code = 403
     code = "forbidden"
+
+
+@dataclass(frozen=True)
+class ProjectScope:
+    """The projects a listing covers (`Principal.listing_scope`): `projects`, or every
+    project when None."""
+
+    projects: frozenset[str] | None
+
+    def admits(self, project: str) -> bool:
+        return self.projects is None or project in self.projects
+
+    def restrict(
+        self, statement: Select[RowT], project_column: QueryableAttribute[str]
+    ) -> Select[RowT]:
+        """`statement` with only the rows whose `project_column` the scope admits."""
+        if self.projects is None:
+            return statement
+        return statement.where(project_column.in_(self.projects))
 
 
 @dataclass(frozen=True)
@@ -57,6 +78,15 @@ class Principal:
 
     def sees(self, project: str) -> bool:
         return self.is_admin or project == self.project
+
+    def listing_scope(self, requested: str | None) -> ProjectScope:
+        """What a listing filtered by `requested` (None or empty: no filter) covers, the
+        one scoping rule of every listing: an admin's filter, or every project; anyone
+        else's own project. Another project's rows do not exist for this key, so a filter
+        naming it matches nothing: an empty page, as for a project with no rows."""
+        if requested:
+            return ProjectScope(frozenset({requested} if self.sees(requested) else ()))
+        return ProjectScope(None if self.is_admin else frozenset({self.project}))
 
     def check_visible(self, project: str, what: str) -> None:
         """The ownership check, written once: another project's objects do not exist."""
@@ -155,3 +185,20 @@ def admin_principal(principal: Annotated[Principal, Depends(current_principal)])
 
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
 AdminPrincipal = Annotated[Principal, Depends(admin_principal)]
+
+
+def listing_scope(
+    principal: CurrentPrincipal,
+    project: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="Only this project's. Another project's, for a key that is not "
+            "admin, matches nothing.",
+        ),
+    ] = None,
+) -> ProjectScope:
+    return principal.listing_scope(project)
+
+
+ListingScope = Annotated[ProjectScope, Depends(listing_scope)]

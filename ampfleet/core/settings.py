@@ -164,15 +164,6 @@ class Settings(BaseSettings):
         description="Shared-filesystem folders a spec's inputs may name as file:///... (a "
         'JSON list, e.g. ["/mnt/datasets"]); none by default. Mounted alike on every node.',
     )
-    sandbox_max_tasks: int = Field(
-        4096,
-        ge=64,
-        description="Processes and threads an attempt running bundled code may have on a node "
-        "(a pids cgroup where the agent can make one, else RLIMIT_NPROC).",
-    )
-    sandbox_max_open_files: int = Field(
-        16384, ge=256, description="Open files of each sandboxed process (RLIMIT_NOFILE)."
-    )
     max_archive_unpacked_bytes: int = Field(
         1 << 30, gt=0, description="Bytes an uploaded archive may unpack to; more get 422."
     )

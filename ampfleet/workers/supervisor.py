@@ -16,7 +16,6 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import IO
 
@@ -25,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from ampfleet.core.allocations import release_node_share
 from ampfleet.core.db import session_scope
-from ampfleet.core.lifecycle import record_event, requeue_or_fail, transition
+from ampfleet.core.lifecycle import requeue_or_fail, transition
 from ampfleet.core.messaging import wake_scheduler
 from ampfleet.core.models import Job
 from ampfleet.core.sandbox import sandboxed
@@ -33,7 +32,6 @@ from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
 from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs, store_points
 from ampfleet.workers.launch import launch_command, rank_environment, torchrun_args
-from ampfleet.workers.limits import RankLimits, TaskGroup
 from ampfleet.workers.rundir import RecordReader, RunDir
 from ampfleet.workers.telemetry import Nvml, RankTelemetry
 from ampfleet.workers.training.entry import STACKS_SIGNAL
@@ -68,8 +66,6 @@ class RunningAttempt:
     launcher_log: IO[bytes]
     reader: RecordReader
     telemetry: RankTelemetry
-    tasks: TaskGroup | None = None
-    """Where it runs bundled code in the sandbox: the limits of its processes."""
     started: float = field(default_factory=time.monotonic)
     last_news: float = field(default_factory=time.monotonic)
     """When rank 0 last reported anything: a hung rank stalls every rank's collectives."""
@@ -196,11 +192,10 @@ class Supervisor:
                 writable=[run_dir.path, checkpoints],
                 readable=[Path(request.code_dir), *map(Path, request.input_paths)],
             )
-        group = self._task_group(request) if contained else None
         process = subprocess.Popen(
             command,
             # bwrap would die of the preemption signal; the launcher and ranks set their own.
-            preexec_fn=partial(_contain, group) if group else None,  # noqa: PLW1509
+            preexec_fn=_ignore_preemption_signal if contained else None,  # noqa: PLW1509
             stdout=launcher_log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -214,11 +209,7 @@ class Supervisor:
         log.info("launched %s attempt %s (pid %s)", request.job_id, request.attempt, process.pid)
         telemetry = RankTelemetry(process.pid, self.settings.telemetry_interval_s, self.nvml)
         reader = RecordReader(run_dir.events_file)
-        return RunningAttempt(request, process, launcher_log, reader, telemetry, group)
-
-    def _task_group(self, request: LaunchRequest) -> TaskGroup:
-        limits = RankLimits(self.settings.sandbox_max_tasks, self.settings.sandbox_max_open_files)
-        return TaskGroup(f"{request.job_id}-{request.attempt}-{request.node_rank}", limits)
+        return RunningAttempt(request, process, launcher_log, reader, telemetry)
 
     def _sync(self) -> None:
         """One transaction for every attempt on this node: records in, decisions out."""
@@ -360,24 +351,7 @@ class Supervisor:
         self._forward(session, attempt)
         self._record_ending(session, attempt)
         request = attempt.request
-        if attempt.tasks is not None:
-            self._report_refused_tasks(session, attempt.tasks, request)
         release_node_share(session, request.job_id, request.attempt, request.node_rank)
-
-    def _report_refused_tasks(
-        self, session: Session, tasks: TaskGroup, request: LaunchRequest
-    ) -> None:
-        refused, job = tasks.refused_forks(), session.get(Job, request.job_id)
-        tasks.remove()
-        if refused and job is not None:
-            record_event(
-                session,
-                job,
-                "task_limit",
-                f"{refused} process or thread starts on node {self.settings.node_name} were "
-                f"refused at the sandbox's limit of {tasks.limits.max_tasks} tasks "
-                "(AMPFLEET_SANDBOX_MAX_TASKS)",
-            )
 
     def _record_ending(self, session: Session, attempt: RunningAttempt) -> None:
         request = attempt.request
@@ -491,11 +465,8 @@ class Supervisor:
         )
 
 
-def _contain(tasks: TaskGroup) -> None:
-    """In the launched bwrap, before it execs: bwrap would die of the preemption signal (the
-    launcher and ranks set their own), and the limits of its processes."""
+def _ignore_preemption_signal() -> None:
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    tasks.enter()
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:

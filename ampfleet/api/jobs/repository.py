@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from ampfleet.api.auth import ProjectScope
 from ampfleet.core.fleet import NodeView, node_view
 from ampfleet.core.models import (
     Allocation,
@@ -52,18 +53,16 @@ def get_by_idempotency_key(session: Session, project: str, key: str) -> Job | No
 
 def page(
     session: Session,
+    scope: ProjectScope,
     *,
     states: Sequence[str],
-    project: str | None,
     before_id: str | None,
     limit: int,
 ) -> list[Job]:
     """Newest first; ids are time-ordered, so `before_id` is a stable cursor."""
-    stmt = select(Job).order_by(Job.id.desc()).limit(limit)
+    stmt = scope.restrict(select(Job).order_by(Job.id.desc()).limit(limit), Job.project)
     if states:
         stmt = stmt.where(Job.state.in_(states))
-    if project:
-        stmt = stmt.where(Job.project == project)
     if before_id:
         stmt = stmt.where(Job.id < before_id)
     return list(session.scalars(stmt))

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Header, Query, Response, status
 from fastapi.responses import StreamingResponse
 
 from ampfleet.api import stream_tokens
-from ampfleet.api.auth import CurrentPrincipal, Principal
+from ampfleet.api.auth import CurrentPrincipal, ListingScope, Principal
 from ampfleet.api.bounds import MAX_ID
 from ampfleet.api.deps import ReadSessionDep, SessionDep
-from ampfleet.api.errors import UnprocessableError, responses
+from ampfleet.api.errors import responses
 from ampfleet.api.jobs import deletion, idempotency, repository, service
 from ampfleet.api.jobs.schemas import (
     EventList,
@@ -26,13 +23,13 @@ from ampfleet.api.jobs.schemas import (
 from ampfleet.api.jobs.stream import stream_job
 from ampfleet.api.stream_tokens import StreamToken, stream_principal
 from ampfleet.api.streaming import stream_response_doc, wants_stream
+from ampfleet.core.db import after_commit
 from ampfleet.core.messaging import wake_scheduler
 from ampfleet.core.spec import JobSpec
 from ampfleet.core.states import JobState
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
-JOB_ID = re.compile(r"job_[0-9a-z]{26}")
 JOB_CURSOR_PATTERN = r"^[A-Za-z0-9_-]{40}$"  # a job id, base64url without padding
 
 
@@ -81,13 +78,14 @@ def submit_job(
         job, created = earlier, False
     elif idempotency_key is None:
         job, created = service.submit(session, spec, idempotency_key)
-        session.commit()  # the job must be durable before the scheduler is woken for it
     else:
         with idempotency.claim(session, spec.project, idempotency_key):
             job, created = service.submit(session, spec, idempotency_key)
+            # On SQLite the claim is held by this process, not the transaction: it must
+            # last until the job is committed, or a concurrent retry would miss both.
             session.commit()
     if created:
-        wake_scheduler()
+        after_commit(session, wake_scheduler)  # the scheduler must find the job committed
     else:
         response.status_code = status.HTTP_200_OK
     response.headers["Location"] = f"/v1/jobs/{job.id}"
@@ -97,28 +95,21 @@ def submit_job(
 @router.get("", response_model=JobPage, responses=responses(401, 403, 422), summary="List jobs")
 def list_jobs(
     session: SessionDep,
-    principal: CurrentPrincipal,
+    scope: ListingScope,
     state: Annotated[list[JobState] | None, Query(description="Repeat to match any.")] = None,
-    project: Annotated[str | None, Query(max_length=64)] = None,
     cursor: Annotated[
         str | None,
         Query(pattern=JOB_CURSOR_PATTERN, description="`next_cursor` of the previous page."),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> JobPage:
-    if not principal.is_admin:
-        if project not in (None, principal.project):
-            return JobPage(items=[], next_cursor=None)  # other projects' jobs do not exist
-        project = principal.project
-    jobs = repository.page(
+    return service.page(
         session,
-        states=[s.value for s in state or []],
-        project=project,
-        before_id=_decode_cursor(cursor) if cursor else None,
-        limit=limit + 1,
+        scope,
+        states=state or [],
+        cursor=cursor,
+        limit=limit,
     )
-    next_cursor = _encode_cursor(jobs[limit - 1].id) if len(jobs) > limit else None
-    return JobPage(items=[service.to_out(j) for j in jobs[:limit]], next_cursor=next_cursor)
 
 
 @router.get(
@@ -138,8 +129,7 @@ def patch_job(
     job_id: str, patch: JobPatch, session: SessionDep, principal: CurrentPrincipal
 ) -> JobOut:
     job = service.change_priority(session, job_id, patch.priority, principal)
-    session.commit()
-    wake_scheduler()
+    after_commit(session, wake_scheduler)
     return service.to_out(job)
 
 
@@ -222,18 +212,3 @@ def create_events_token(
 ) -> StreamToken:
     service.get(session, job_id, principal)
     return stream_tokens.issue(job_id, principal)
-
-
-def _encode_cursor(job_id: str) -> str:
-    return base64.urlsafe_b64encode(job_id.encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> str:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        job_id = base64.b64decode(padded, altchars=b"-_", validate=True).decode("ascii")
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        job_id = ""
-    if not JOB_ID.fullmatch(job_id):
-        raise UnprocessableError.for_field("cursor", "not a cursor this API returned")
-    return job_id

@@ -1,10 +1,12 @@
-"""Rules of the jobs resource: admission, idempotent submit, cancel. Flushes, never commits."""
+"""Rules of the jobs resource: admission, idempotent submit, listing, cancel. Flushes, never
+commits."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,7 +14,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ampfleet.api.auth import ForbiddenError, Principal
+from ampfleet.api.auth import ForbiddenError, Principal, ProjectScope
 from ampfleet.api.bundles import repository as bundles
 from ampfleet.api.errors import (
     ConflictError,
@@ -23,7 +25,15 @@ from ampfleet.api.errors import (
 )
 from ampfleet.api.jobs import idempotency, repository
 from ampfleet.api.jobs.inputs import resolve_inputs
-from ampfleet.api.jobs.schemas import JobOut, PrecisionSetting, Progress, QueueInfo, Volume
+from ampfleet.api.jobs.schemas import (
+    JobOut,
+    JobPage,
+    PrecisionSetting,
+    Progress,
+    QueueInfo,
+    Volume,
+)
+from ampfleet.api.pagination import decode_cursor, encode_cursor
 from ampfleet.core.custom_code import custom_code_allowed, custom_code_refusal
 from ampfleet.core.fleet import fits_fleet, job_request_of, matches
 from ampfleet.core.ids import new_id
@@ -36,6 +46,8 @@ from ampfleet.core.settings import get_settings
 from ampfleet.core.spec import CodeSpec, JobSpec, Precision, Priority
 from ampfleet.core.states import ACTIVE_STATES, WAITING_STATES, JobState
 from ampfleet.core.validation import describe_invalid, dotted
+
+JOB_ID = re.compile(r"job_[0-9a-z]{26}")
 
 
 def resolve(spec: JobSpec) -> dict[str, Any]:
@@ -211,6 +223,34 @@ def get(session: Session, job_id: str, principal: Principal) -> Job:
         raise NotFoundError(f"job {job_id} not found")
     principal.check_visible(job.project, f"job {job_id}")
     return job
+
+
+def page(
+    session: Session,
+    scope: ProjectScope,
+    *,
+    states: Sequence[JobState],
+    cursor: str | None,
+    limit: int,
+) -> JobPage:
+    """Newest first, `limit` at a time; the cursor is the last job id answered."""
+    jobs = repository.page(
+        session,
+        scope,
+        states=[s.value for s in states],
+        before_id=decode_cursor(cursor, _job_id) if cursor else None,
+        limit=limit + 1,
+    )
+    more = len(jobs) > limit
+    return JobPage(
+        items=[to_out(job) for job in jobs[:limit]],
+        next_cursor=encode_cursor(jobs[limit - 1].id.encode()) if more else None,
+    )
+
+
+def _job_id(payload: bytes) -> str | None:
+    job_id = payload.decode("ascii")
+    return job_id if JOB_ID.fullmatch(job_id) else None
 
 
 def change_priority(session: Session, job_id: str, priority: Priority, principal: Principal) -> Job:

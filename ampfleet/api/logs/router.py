@@ -1,67 +1,23 @@
-"""Every rank's stdout and stderr: a page of lines, the tail, or a live follow (SSE)."""
+"""HTTP of the logs resource: every rank's stdout and stderr, a page of lines, the tail, or
+a live follow (SSE); rules live in service.py, queries in repository.py."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-from sqlalchemy.sql.elements import ColumnElement
 
 from ampfleet.api.auth import CurrentPrincipal
 from ampfleet.api.bounds import MAX_ID, MAX_INT
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import responses
 from ampfleet.api.jobs import service as jobs
-from ampfleet.api.streaming import (
-    frame,
-    open_stream,
-    parse_cursor,
-    stream_response_doc,
-    wants_stream,
-)
-from ampfleet.core.db import get_read_sessionmaker
-from ampfleet.core.models import Job, LogLine
-from ampfleet.core.states import JobState
+from ampfleet.api.logs import repository, service
+from ampfleet.api.logs.schemas import LogPage
+from ampfleet.api.streaming import open_stream, stream_response_doc, wants_stream
 
 router = APIRouter(prefix="/v1/jobs", tags=["logs"])
-BATCH = 1000
-
-
-class LogLineOut(BaseModel):
-    id: int
-    attempt: int
-    rank: int
-    stream: str
-    time: datetime
-    line: str
-
-
-class LogPage(BaseModel):
-    items: list[LogLineOut]
-    next_after: int | None
-    dropped_lines: int
-
-
-def _where(job_id: str, rank: int | None, stream: str | None) -> list[ColumnElement[bool]]:
-    conditions: list[ColumnElement[bool]] = [LogLine.job_id == job_id]
-    if rank is not None:
-        conditions.append(LogLine.rank == rank)
-    if stream is not None:
-        conditions.append(LogLine.stream == stream)
-    return conditions
-
-
-def _after_tail(session: Session, conditions: list[ColumnElement[bool]], tail: int) -> int:
-    """The id just before the last `tail` matching lines."""
-    ids = session.scalars(
-        select(LogLine.id).where(*conditions).order_by(LogLine.id.desc()).limit(tail)
-    ).all()
-    return ids[-1] - 1 if ids else 0
 
 
 @router.get(
@@ -85,51 +41,16 @@ def job_logs(
     stream: Annotated[Literal["stdout", "stderr"] | None, Query()] = None,
     tail: Annotated[int | None, Query(ge=1, le=100_000, description="Last N lines.")] = None,
     after: Annotated[int, Query(ge=0, le=MAX_ID, description="Lines with a larger id.")] = 0,
-    limit: Annotated[int, Query(ge=1, le=BATCH)] = BATCH,
+    limit: Annotated[int, Query(ge=1, le=service.BATCH)] = service.BATCH,
     accept: Annotated[str | None, Header()] = None,
     last_event_id: Annotated[str | None, Header(max_length=32)] = None,
 ) -> LogPage | StreamingResponse:
     job = jobs.get(session, job_id, principal)
-    conditions = _where(job_id, rank, stream)
-    if tail is not None:
-        after = _after_tail(session, conditions, tail)
-    if (resumed := parse_cursor(last_event_id, "line id")) is not None:
-        (after,) = resumed
+    conditions = repository.line_filter(job_id, rank, stream)
+    after = service.start_after(
+        session, conditions, after=after, tail=tail, last_event_id=last_event_id
+    )
     if wants_stream(accept):
         session.close()  # the stream reads with sessions of its own, one per poll
-        return open_stream(principal, _Follower(job_id, conditions, after).step)
-    lines = session.scalars(
-        select(LogLine).where(*conditions, LogLine.id > after).order_by(LogLine.id).limit(limit)
-    ).all()
-    return LogPage(
-        items=[LogLineOut.model_validate(line, from_attributes=True) for line in lines],
-        next_after=lines[-1].id if len(lines) == limit else None,
-        dropped_lines=job.log_lines_dropped,
-    )
-
-
-class _Follower:
-    def __init__(self, job_id: str, conditions: list[ColumnElement[bool]], after: int) -> None:
-        self.job_id, self.conditions, self.after = job_id, conditions, after
-
-    def step(self) -> tuple[list[bytes], bool]:
-        with get_read_sessionmaker()() as session:
-            state = session.scalar(select(Job.state).where(Job.id == self.job_id))
-            lines = session.scalars(
-                select(LogLine)
-                .where(*self.conditions, LogLine.id > self.after)
-                .order_by(LogLine.id)
-                .limit(BATCH)
-            ).all()
-        frames = []
-        if lines:
-            self.after = lines[-1].id
-            items = [
-                LogLineOut.model_validate(line, from_attributes=True).model_dump(mode="json")
-                for line in lines
-            ]
-            frames.append(frame("logs", {"lines": items}, str(self.after)))
-        finished = state is None or (JobState(state).is_terminal() and not lines)
-        if finished:
-            frames.append(frame("end", {"state": state}, str(self.after)))
-        return frames, finished
+        return open_stream(principal, service.Follower(job_id, conditions, after).step)
+    return service.page(session, job, conditions, after, limit)

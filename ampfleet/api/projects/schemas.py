@@ -1,3 +1,5 @@
+"""Pydantic I/O models of the projects resource."""
+
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field

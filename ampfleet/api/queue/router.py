@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from ampfleet.api.auth import CurrentPrincipal
+from ampfleet.api.auth import ListingScope
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import responses
 from ampfleet.api.queue import service
@@ -27,8 +27,7 @@ router = APIRouter(prefix="/v1/queue", tags=["queue"])
 )
 def list_queue(
     session: SessionDep,
-    principal: CurrentPrincipal,
-    project: Annotated[str | None, Query(max_length=64)] = None,
+    scope: ListingScope,
     cursor: Annotated[
         str | None,
         Query(
@@ -40,5 +39,9 @@ def list_queue(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> QueuePage:
     return service.page(
-        session, principal, project=project, cursor=cursor, limit=limit, now=datetime.now(UTC)
+        session,
+        scope,
+        cursor=cursor,
+        limit=limit,
+        now=datetime.now(UTC),
     )

@@ -1,4 +1,4 @@
-"""Rules of the queue resource: the scheduler's order, who sees what, and the page cursor.
+"""Rules of the queue resource: the scheduler's order and its page cursor.
 
 The order is the scheduler's own `queue_key` (priority class, then weighted fair share, then
 FIFO) over the usage and weights the scheduler reads, so the listing and a pass agree.
@@ -8,8 +8,6 @@ considers them only once their backoff is over.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import bisect
 import json
 import math
@@ -17,8 +15,8 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from ampfleet.api.auth import Principal
-from ampfleet.api.errors import UnprocessableError
+from ampfleet.api.auth import ProjectScope
+from ampfleet.api.pagination import decode_cursor, encode_cursor
 from ampfleet.api.queue import repository
 from ampfleet.api.queue.repository import QueuedJob
 from ampfleet.api.queue.schemas import QueueEntry, QueuePage
@@ -55,23 +53,18 @@ def in_order(session: Session, now: datetime) -> list[tuple[OrderKey, QueuedJob]
 
 def page(
     session: Session,
-    principal: Principal,
+    scope: ProjectScope,
     *,
-    project: str | None,
     cursor: str | None,
     limit: int,
     now: datetime,
 ) -> QueuePage:
-    after = decode_cursor(cursor) if cursor else None
-    if not principal.is_admin:
-        if project not in (None, principal.project):
-            return QueuePage(items=[], total=0, next_cursor=None)  # other projects do not exist
-        project = principal.project
+    after = decode_cursor(cursor, _order_key) if cursor else None
     # Positions count every project's jobs, so the order is built over all of them first.
     visible = [
         (position, key, job)
         for position, (key, job) in enumerate(in_order(session, now), start=1)
-        if project is None or job.project == project
+        if scope.admits(job.project)
     ]
     start = _start_after(after, [key for _, key, _ in visible]) if after else 0
     chosen = visible[start : start + limit]
@@ -81,7 +74,7 @@ def page(
     return QueuePage(
         items=items,
         total=len(visible),
-        next_cursor=encode_cursor(chosen[-1][1]) if more and chosen else None,
+        next_cursor=_cursor_of(chosen[-1][1]) if more and chosen else None,
     )
 
 
@@ -109,17 +102,12 @@ def _entry(position: int, job: Job) -> QueueEntry:
     )
 
 
-def encode_cursor(key: OrderKey) -> str:
-    raw = json.dumps(list(key), separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def _cursor_of(key: OrderKey) -> str:
+    return encode_cursor(json.dumps(list(key), separators=(",", ":")).encode())
 
 
-def decode_cursor(cursor: str) -> OrderKey:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        value = json.loads(base64.b64decode(padded, altchars=b"-_", validate=True))
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        value = None
+def _order_key(payload: bytes) -> OrderKey | None:
+    value = json.loads(payload)
     if (
         isinstance(value, list)
         and len(value) == 4
@@ -131,4 +119,4 @@ def decode_cursor(cursor: str) -> OrderKey:
         and value[3].startswith("job_")
     ):
         return int(value[0]), value[1], float(value[2]), value[3]
-    raise UnprocessableError.for_field("cursor", "not a cursor this API returned")
+    return None

@@ -1,0 +1,89 @@
+"""Pydantic I/O models of the webhooks resource."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ampfleet.core.spec import SafeName
+from ampfleet.core.states import JobState
+
+
+class Threshold(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, description="Metric name, e.g. val_loss.")
+    op: Literal[">=", ">", "<=", "<"]
+    value: float = Field(allow_inf_nan=False, description="A finite number.")
+
+
+def _final_states() -> list[JobState | Literal["*"]]:
+    return [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT]
+
+
+class WebhookIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(
+        min_length=1, max_length=2000, description="http(s) endpoint that receives POSTs."
+    )
+    project: SafeName | None = Field(None, description="Defaults to the caller's project.")
+    states: list[JobState | Literal["*"]] = Field(
+        default_factory=_final_states,
+        max_length=20,
+        description='Job states to notify, or ["*"] for every change.',
+    )
+    metric_thresholds: list[Threshold] = Field(default_factory=list, max_length=20)
+
+
+class WebhookOut(BaseModel):
+    id: str
+    project: str
+    url: str
+    states: list[str]
+    metric_thresholds: list[dict[str, Any]]
+    active: bool
+    created_at: datetime
+
+
+class CreatedWebhook(WebhookOut):
+    secret: str = Field(
+        description="`whsec_` + base64: verifies `webhook-signature` with any Standard "
+        "Webhooks library. Shown this once."
+    )
+
+
+class RotatedSecret(BaseModel):
+    secret: str = Field(description="The new `whsec_` secret. Shown this once.")
+    previous_secret_until: datetime = Field(
+        description="Until then deliveries carry a signature by the previous secret as well."
+    )
+
+
+class WebhookList(BaseModel):
+    items: list[WebhookOut]
+
+
+DeliveryStatus = Literal["pending", "delivered", "failed"]
+
+
+class DeliveryOut(BaseModel):
+    id: int
+    job_id: str
+    event: str
+    event_key: str
+    status: str = Field(description="pending | delivered | failed")
+    attempts: int
+    next_attempt_at: datetime
+    last_status_code: int | None
+    last_error: str | None
+    created_at: datetime
+    delivered_at: datetime | None
+    payload: dict[str, Any]
+
+
+class DeliveryPage(BaseModel):
+    items: list[DeliveryOut]
+    next_after: int | None
