@@ -156,6 +156,12 @@ class Settings(BaseSettings):
         description="What contains ranks that run bundled code (where bwrap cannot run, "
         "bundled code is refused at submit); 'none' runs it unconfined, for trusted users.",
     )
+    pip_args: str = Field(
+        "",
+        description="Options for pip when it installs a job's code.requirements, e.g. "
+        "'--index-url https://pypi.internal/simple' or '--no-index --find-links /wheels'; "
+        "wheels only unless this says --no-binary or --prefer-binary.",
+    )
     max_dataset_bytes: int = Field(
         2 << 30, gt=0, description="Largest dataset upload (archive or file); larger get 413."
     )
@@ -163,6 +169,15 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Shared-filesystem folders a spec's inputs may name as file:///... (a "
         'JSON list, e.g. ["/mnt/datasets"]); none by default. Mounted alike on every node.',
+    )
+    sandbox_max_tasks: int = Field(
+        4096,
+        ge=64,
+        description="Processes and threads an attempt running bundled code may have on a node "
+        "(a pids cgroup where the agent can make one, else RLIMIT_NPROC).",
+    )
+    sandbox_max_open_files: int = Field(
+        16384, ge=256, description="Open files of each sandboxed process (RLIMIT_NOFILE)."
     )
     max_archive_unpacked_bytes: int = Field(
         1 << 30, gt=0, description="Bytes an uploaded archive may unpack to; more get 422."

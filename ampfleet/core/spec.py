@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -190,6 +192,21 @@ EntryPoint = Annotated[
 ]
 
 
+def _no_pip_option(requirement: str) -> str:
+    # A requirement, not a pip option: per-requirement options (`pkg --global-option=...`)
+    # would reach pip's command line.
+    if re.search(r"\s-", requirement):
+        raise ValueError("a requirement names a package; pip options are the operator's")
+    return requirement
+
+
+Requirement = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][^\r\n]*$"),
+    AfterValidator(_no_pip_option),
+]
+
+
 class CodeSpec(_Strict):
     """The user's own recipe, from an uploaded bundle: resolved and run only on the worker
     (the API never imports it), so its hyperparameters are validated there."""
@@ -197,6 +214,12 @@ class CodeSpec(_Strict):
     bundle: BundleId = Field(description="`bnd_...` from POST /v1/bundles, of the job's project.")
     entrypoint: EntryPoint = Field(
         description="`package.module:attribute` inside the bundle, naming a RecipeDefinition."
+    )
+    requirements: list[Requirement] = Field(
+        default_factory=list,
+        max_length=100,
+        description="pip requirement strings (`numpy>=2`, `einops==0.8.*`) installed once per "
+        "node and set into an environment over the worker's own (torch stays the worker's).",
     )
 
 

@@ -28,9 +28,16 @@ from ampfleet.core.settings import Settings
 from ampfleet.core.spec import Stop
 from ampfleet.core.states import LAUNCHED_STATES, JobState
 from ampfleet.workers.bundles import bundle_dir, ensure_unpacked
+from ampfleet.workers.ingest import store_setup_output
 from ampfleet.workers.inputs import ensure_inputs, local_paths
 from ampfleet.workers.node import Capacity, detect_capacity
 from ampfleet.workers.rendezvous import RendezvousWaiter
+from ampfleet.workers.requirements import (
+    RequirementsError,
+    ensure_env,
+    env_dir,
+    env_python,
+)
 from ampfleet.workers.rundir import RunDir
 from ampfleet.workers.supervisor import LaunchRequest, Supervisor
 
@@ -185,6 +192,7 @@ class NodeAgent:
                 runtime_only=stop.runtime_only,
                 code_dir=brought.get("code_dir"),
                 input_paths=tuple(brought["inputs"].values()),
+                python=brought.get("python"),
             )
 
     def _still_wanted(self, session: Session, job: Job) -> bool:
@@ -247,6 +255,9 @@ class NodeAgent:
         brought: dict[str, Any] = {"inputs": local_paths(self.settings, inputs)}
         if code:
             brought["code_dir"] = str(bundle_dir(self.settings, code["sha256"]))
+        if code and code.get("requirements"):
+            env = env_dir(self.settings, code["requirements"])
+            brought["python"] = str(env_python(env))
         return brought
 
     def _code_ready(self, request: LaunchRequest) -> bool:
@@ -266,15 +277,33 @@ class NodeAgent:
                 return self._fail_before_launch(
                     request, "bundle_error", f"code bundle {code['bundle']}: {exc}"
                 )
+        if code and code.get("requirements"):
+            try:
+                _, output = ensure_env(self.settings, code["requirements"])
+            except RequirementsError as exc:
+                return self._fail_before_launch(request, "requirements_error", str(exc), exc.output)
+            except Exception as exc:  # pip could not run at all (a timeout, a missing venv)
+                message = f"code.requirements did not install: {exc}"
+                return self._fail_before_launch(request, "requirements_error", message)
+            if output and request.node_rank == 0:  # shipped as rank 0's once it runs
+                request.run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
+                with request.run_dir.rank_log(0, "stdout").open("a") as log_file:
+                    log_file.writelines(f"[requirements] {line}\n" for line in output)
         try:
             ensure_inputs(self.settings, inputs)
         except Exception as exc:
             return self._fail_before_launch(request, "input_error", str(exc))
         return True
 
-    def _fail_before_launch(self, request: LaunchRequest, reason: str, message: str) -> bool:
+    def _fail_before_launch(
+        self, request: LaunchRequest, reason: str, message: str, output: list[str] | None = None
+    ) -> bool:
+        """Fails the job with `message`; `output` (what a setup step printed) goes into its
+        logs, as rank 0's stdout, since no rank will ever write there."""
         log.warning("job %s: %s", request.job_id, message)
         with session_scope() as session:
+            if output and request.node_rank == 0:
+                store_setup_output(session, request.job_id, request.attempt, output)
             transition(
                 session,
                 request.job_id,

@@ -17,7 +17,7 @@ from ampfleet.core import counters, webhooks
 from ampfleet.core.bulk import insert_rows
 from ampfleet.core.lifecycle import record_event, transition
 from ampfleet.core.models import Job, LogLine, Metric, utcnow
-from ampfleet.core.settings import Settings
+from ampfleet.core.settings import Settings, get_settings
 from ampfleet.core.states import JobState
 from ampfleet.workers.rundir import ForwardedOffsets, LineTail, RecordReader, RunDir
 from ampfleet.workers.series import Point, Points, delete_after, not_stored
@@ -206,8 +206,27 @@ def ship_logs(
 ) -> int:
     """Every rank's new log lines, within the job's volume limit; how many were read."""
     lines = feed.new_log_lines()
-    if not lines:
-        return 0
+    if lines:
+        store_log_lines(session, job, attempt, lines, settings)
+    return len(lines)
+
+
+def store_setup_output(session: Session, job_id: str, attempt: int, output: list[str]) -> None:
+    """What a setup step on the node printed (pip's output for code.requirements), as rank
+    0's stdout, where no rank will write because the attempt never launched."""
+    job = session.get(Job, job_id)
+    if job is not None:
+        lines = [(0, "stdout", f"[requirements] {line}".encode()) for line in output]
+        store_log_lines(session, job, attempt, lines, get_settings())
+
+
+def store_log_lines(
+    session: Session,
+    job: Job,
+    attempt: int,
+    lines: list[tuple[int, str, bytes]],
+    settings: Settings,
+) -> None:
     now = utcnow()
     limit = settings.max_log_line_bytes
     rows = [
@@ -233,7 +252,6 @@ def ship_logs(
         job.log_lines_dropped += len(rows) - kept
     job.log_bytes += size
     insert_rows(session, LogLine.__table__, LOG_COLUMNS, rows[:kept])  # type: ignore[arg-type]
-    return len(lines)
 
 
 def _within_limit(

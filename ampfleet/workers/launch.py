@@ -73,9 +73,12 @@ def rank_environment(
     return env
 
 
-def launch_command(torchrun: list[str], *, memory_limit_mb: int | None) -> list[str]:
+def launch_command(
+    torchrun: list[str], *, memory_limit_mb: int | None, python: str | None = None
+) -> list[str]:
+    """`python`: the interpreter of a job's requirements environment, else the worker's."""
     limit = [] if memory_limit_mb is None else [f"{MEMORY_LIMIT_FLAG}={memory_limit_mb}"]
-    return [sys.executable, "-m", "ampfleet.workers.launch", *limit, *torchrun]
+    return [python or sys.executable, "-m", "ampfleet.workers.launch", *limit, *torchrun]
 
 
 def torchrun_args(

@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO
 
@@ -24,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from ampfleet.core.allocations import release_node_share
 from ampfleet.core.db import session_scope
-from ampfleet.core.lifecycle import requeue_or_fail, transition
+from ampfleet.core.lifecycle import record_event, requeue_or_fail, transition
 from ampfleet.core.messaging import wake_scheduler
 from ampfleet.core.models import Job
 from ampfleet.core.sandbox import sandboxed
@@ -32,6 +33,7 @@ from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
 from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs, store_points
 from ampfleet.workers.launch import launch_command, rank_environment, torchrun_args
+from ampfleet.workers.limits import RankLimits, TaskGroup
 from ampfleet.workers.rundir import RecordReader, RunDir
 from ampfleet.workers.telemetry import Nvml, RankTelemetry
 from ampfleet.workers.training.entry import STACKS_SIGNAL
@@ -54,6 +56,7 @@ class LaunchRequest:
     max_runtime_s: int | None
     code_dir: str | None = None  # set: the ranks run bundled code, in the sandbox if on
     input_paths: tuple[str, ...] = ()  # the job's inputs on this node: read-only in the sandbox
+    python: str | None = None  # the interpreter of its code.requirements, if it has any
     runtime_only: bool = False
     """max_runtime_s is how long to train: the ranks stop themselves and finish the run;
     the agent stops them (TIMED_OUT) only if they are still at it a preemption grace later."""
@@ -66,6 +69,8 @@ class RunningAttempt:
     launcher_log: IO[bytes]
     reader: RecordReader
     telemetry: RankTelemetry
+    tasks: TaskGroup | None = None
+    """Where it runs bundled code in the sandbox: the limits of its processes."""
     started: float = field(default_factory=time.monotonic)
     last_news: float = field(default_factory=time.monotonic)
     """When rank 0 last reported anything: a hung rank stalls every rank's collectives."""
@@ -181,21 +186,26 @@ class Supervisor:
             logs_dir=str(run_dir.logs_dir),
         )
         launcher_log = (run_dir.logs_dir / "launcher.log").open("ab")
-        command = launch_command(args, memory_limit_mb=self.rank_memory_limit_mb)
+        command = launch_command(
+            args, memory_limit_mb=self.rank_memory_limit_mb, python=request.python
+        )
         contained = request.code_dir is not None and self.settings.sandbox == "bubblewrap"
         if contained and request.code_dir is not None:
             checkpoints = self.settings.checkpoints_dir / request.job_id
             checkpoints.mkdir(parents=True, exist_ok=True)
+            # A requirements environment, read-only: <env>/bin/python is its interpreter.
+            extra = [Path(request.python).parent.parent] if request.python else []
             command = sandboxed(
                 command,
                 data_dir=self.settings.data_dir.resolve(),
                 writable=[run_dir.path, checkpoints],
-                readable=[Path(request.code_dir), *map(Path, request.input_paths)],
+                readable=[Path(request.code_dir), *map(Path, request.input_paths), *extra],
             )
+        group = self._task_group(request) if contained else None
         process = subprocess.Popen(
             command,
             # bwrap would die of the preemption signal; the launcher and ranks set their own.
-            preexec_fn=_ignore_preemption_signal if contained else None,  # noqa: PLW1509
+            preexec_fn=partial(_contain, group) if group else None,  # noqa: PLW1509
             stdout=launcher_log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -209,7 +219,11 @@ class Supervisor:
         log.info("launched %s attempt %s (pid %s)", request.job_id, request.attempt, process.pid)
         telemetry = RankTelemetry(process.pid, self.settings.telemetry_interval_s, self.nvml)
         reader = RecordReader(run_dir.events_file)
-        return RunningAttempt(request, process, launcher_log, reader, telemetry)
+        return RunningAttempt(request, process, launcher_log, reader, telemetry, group)
+
+    def _task_group(self, request: LaunchRequest) -> TaskGroup:
+        limits = RankLimits(self.settings.sandbox_max_tasks, self.settings.sandbox_max_open_files)
+        return TaskGroup(f"{request.job_id}-{request.attempt}-{request.node_rank}", limits)
 
     def _sync(self) -> None:
         """One transaction for every attempt on this node: records in, decisions out."""
@@ -351,7 +365,24 @@ class Supervisor:
         self._forward(session, attempt)
         self._record_ending(session, attempt)
         request = attempt.request
+        if attempt.tasks is not None:
+            self._report_refused_tasks(session, attempt.tasks, request)
         release_node_share(session, request.job_id, request.attempt, request.node_rank)
+
+    def _report_refused_tasks(
+        self, session: Session, tasks: TaskGroup, request: LaunchRequest
+    ) -> None:
+        refused, job = tasks.refused_forks(), session.get(Job, request.job_id)
+        tasks.remove()
+        if refused and job is not None:
+            record_event(
+                session,
+                job,
+                "task_limit",
+                f"{refused} process or thread starts on node {self.settings.node_name} were "
+                f"refused at the sandbox's limit of {tasks.limits.max_tasks} tasks "
+                "(AMPFLEET_SANDBOX_MAX_TASKS)",
+            )
 
     def _record_ending(self, session: Session, attempt: RunningAttempt) -> None:
         request = attempt.request
@@ -465,8 +496,11 @@ class Supervisor:
         )
 
 
-def _ignore_preemption_signal() -> None:
+def _contain(tasks: TaskGroup) -> None:
+    """In the launched bwrap, before it execs: bwrap would die of the preemption signal (the
+    launcher and ranks set their own), and the limits of its processes."""
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    tasks.enter()
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -1,0 +1,169 @@
+"""A job's `code.requirements`, installed once per node and requirement set into an
+environment layered over the worker's own.
+
+The environment is a virtualenv whose site-packages also reads the worker's (a `.pth` file),
+so torch, ampfleet and the rest stay the worker's: the worker's torch is pinned for pip as
+a constraint, and what the job asks for is added on top. It is built by the node agent,
+never by a rank, into a hidden folder renamed into place when pip has finished, under
+`<data dir>/envs/<key>/` where the key covers the requirements, the pip options, the
+interpreter and the worker's torch; ranks see it read-only, so one job cannot change what
+another job with the same requirements runs.
+
+pip runs inside the sandbox where there is one (only the new environment writable), and
+with `--only-binary=:all:` unless the operator says otherwise (AMPFLEET_PIP_ARGS): building
+a source distribution would run its setup code on the node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import shutil
+import site
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from ampfleet.core.sandbox import sandboxed
+from ampfleet.core.settings import Settings
+
+WORKER_LAYER = "_ampfleet_worker.pth"
+PIP_TIMEOUT_S = 1800
+SAFE_DEFAULT = ("--only-binary=:all:",)
+
+
+class RequirementsError(RuntimeError):
+    def __init__(self, message: str, output: list[str]) -> None:
+        super().__init__(message)
+        self.output = output
+
+
+def pip_options(settings: Settings) -> list[str]:
+    return [*SAFE_DEFAULT, *shlex.split(settings.pip_args)]
+
+
+def env_dir(settings: Settings, requirements: Sequence[str]) -> Path:
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        torch_version = "none"
+    key = json.dumps(
+        {
+            "requirements": sorted(requirements),
+            "pip": pip_options(settings),
+            "python": sys.version,
+            "worker": site.getsitepackages(),
+            "torch": torch_version,
+        },
+        sort_keys=True,
+    )
+    return settings.data_dir.resolve() / "envs" / hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def env_python(env: Path) -> Path:
+    return env / "bin" / "python"
+
+
+def ensure_env(settings: Settings, requirements: Sequence[str]) -> tuple[Path, list[str]]:
+    """The environment for `requirements` on this node, and pip's output (none when it was
+    there already); raises RequirementsError with pip's output when it did not install."""
+    target = env_dir(settings, requirements)
+    if env_python(target).exists():
+        return target, []
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".incoming-") as incoming:
+        partial = Path(incoming) / "env"
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--without-pip", str(partial)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        _layer_over_worker(partial)
+        output = _pip_install(settings, partial, requirements, Path(incoming))
+        try:
+            partial.rename(target)
+        except OSError:
+            if not env_python(target).exists():  # not another job's build of the same set
+                raise
+            shutil.rmtree(partial, ignore_errors=True)
+    return target, output
+
+
+def _site_packages(env: Path) -> Path:
+    version_dir = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    return env / "lib" / version_dir / "site-packages"
+
+
+def _layer_over_worker(env: Path) -> None:
+    """The environment reads the worker's packages after its own: `addsitedir`, not a bare
+    path, so the worker's own .pth files (an editable install, namespace packages) count."""
+    folders = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    lines = [f"import site; site.addsitedir({folder!r})" for folder in folders]
+    (_site_packages(env) / WORKER_LAYER).write_text("\n".join(lines) + "\n")
+
+
+def _pip_install(
+    settings: Settings, env: Path, requirements: Sequence[str], scratch: Path
+) -> list[str]:
+    constraints = scratch / "constraints.txt"
+    try:
+        constraints.write_text(f"torch=={version('torch')}\n")
+    except PackageNotFoundError:
+        constraints.write_text("")
+    requirements_file = scratch / "requirements.txt"
+    requirements_file.write_text("\n".join(requirements) + "\n")
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        str(env_python(env)),
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--progress-bar=off",
+        *pip_options(settings),
+        "-c",
+        str(constraints),
+        "-r",
+        str(requirements_file),
+    ]
+    if settings.sandbox == "bubblewrap":
+        command = sandboxed(
+            command,
+            data_dir=settings.data_dir.resolve(),
+            writable=[scratch],
+            readable=_local_folders(pip_options(settings)),
+        )
+    result = subprocess.run(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=PIP_TIMEOUT_S,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "PIP_NO_CACHE_DIR": "1", "HOME": str(scratch)},
+    )
+    output = result.stdout.decode(errors="replace").splitlines()
+    if result.returncode != 0:
+        said = [line for line in output if line.startswith("ERROR")] or output[-5:]
+        raise RequirementsError(
+            "code.requirements did not install: " + " ".join(said)[-1000:], output
+        )
+    return output
+
+
+def _local_folders(options: list[str]) -> list[Path]:
+    """Local paths the pip options name (`--find-links /wheels`, `file:///...` indexes):
+    readable in the sandbox, whose /tmp is its own."""
+    found = []
+    for option in options:
+        value = option.partition("=")[2] if option.startswith("--") else option
+        path = Path(value.removeprefix("file://"))
+        if path.is_absolute() and path.exists():
+            found.append(path)
+    return found
