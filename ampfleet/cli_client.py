@@ -7,12 +7,15 @@ offending fields, and exits 1."""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, NoReturn
 
+import httpx
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -91,15 +94,27 @@ def _fail(message: str) -> NoReturn:
 
 @contextmanager
 def _client(url: str | None, key: str | None) -> Iterator[Client]:
-    """A client whose errors end the command with their message, never a traceback."""
-    client = Client(url, key)
+    """A client whose failures end the command with their message, never a traceback: an
+    error answer or an unreachable server, an address that is no URL, a file that cannot
+    be read or written."""
+    client: Client | None = None
     try:
+        client = Client(url, key)
         yield client
     except ClientError as error:
-        _report(error, key_given=client.api_key is not None)
+        _report(error, key_given=client is not None and client.api_key is not None)
         raise typer.Exit(1) from None
+    except httpx.InvalidURL as error:
+        _fail(f"{url} is not an API address: {error}")
+    except BrokenPipeError:
+        # The reader went away (`ampfleet logs JOB | head`): nothing left to tell it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(1) from None
+    except OSError as error:
+        _fail(f"{error.filename}: {error.strerror}" if error.filename else str(error))
     finally:
-        client.close()
+        if client is not None:
+            client.close()
 
 
 def _state(state: JobState) -> str:
@@ -356,34 +371,64 @@ def _best(series: MetricSeries) -> str:
     return f"{summary.best:.4g} ({summary.goal}) at step {summary.best_step}"
 
 
+def _plot_target(value: str | None) -> str | None:
+    """`--plot`: '-', or a PNG whose folder exists (checked before anything is fetched)."""
+    if value is None or value == "-":
+        return value
+    folder = Path(value).parent
+    if not folder.is_dir():
+        raise typer.BadParameter(f"cannot write {value}: the folder {folder} does not exist")
+    if Path(value).is_dir():
+        raise typer.BadParameter(f"{value} is a folder; give the PNG file's name")
+    return value
+
+
 def metrics(
     job_id: JobId,
     names: Annotated[
-        str | None, typer.Option(help="Comma-separated metric names [default: all; plot: loss]")
+        list[str] | None,
+        typer.Option(
+            "--names",
+            "-n",
+            help="Metric names, comma-separated or the option repeated [default: all; "
+            "a plot: loss and val_loss]",
+        ),
     ] = None,
     plot: Annotated[
-        str | None, typer.Option(help="Plot to FILE.png (matplotlib), or '-' in the terminal.")
+        str | None,
+        typer.Option(
+            help="Plot to FILE.png (matplotlib), or '-' in the terminal.", callback=_plot_target
+        ),
+    ] = None,
+    log: Annotated[
+        bool | None,
+        typer.Option(
+            "--log/--linear",
+            help="The plot's value axis [default: log for losses (series whose goal is "
+            "min), linear for the others]",
+            show_default=False,
+        ),
     ] = None,
     max_points: Annotated[int, typer.Option(min=2, help="Points per series, at most.")] = 1000,
     url: Url = None,
     key: Key = None,
 ) -> None:
-    """A summary of each metric series; with --plot, their curves."""
-    wanted = names or (None if plot is None else "loss")
+    """A summary of each metric series; with --plot, their curves (one chart each)."""
+    wanted = ",".join(names) if names else (None if plot is None else "loss,val_loss")
     with _client(url, key) as client:
         series = client.metrics(job_id, names=wanted, max_points=max_points).series
-    console = _stdout()
-    if not series:
-        console.print(f"no metrics for {job_id}" + (f" named {wanted}" if wanted else ""))
-        raise typer.Exit(1 if plot else 0)
-    if plot is None:
-        _summary(series)
-    elif plot == "-":
-        for one in series:
-            typer.echo(cli_plot.text_chart(one))
-    else:
-        _save_png(series, Path(plot), job_id)
-        console.print(f"wrote {plot}")
+        console = _stdout()
+        if not series:
+            console.print(f"no metrics for {job_id}" + (f" named {wanted}" if wanted else ""))
+            raise typer.Exit(1 if plot else 0)
+        if plot is None:
+            _summary(series)
+        elif plot == "-":
+            for one in series:
+                typer.echo(cli_plot.text_chart(one, log=log))
+        else:
+            _save_png(series, Path(plot), job_id, log)
+            console.print(f"wrote {plot}")
 
 
 def diagnose(job_id: JobId, url: Url = None, key: Key = None) -> None:
@@ -409,9 +454,9 @@ def diagnose(job_id: JobId, url: Url = None, key: Key = None) -> None:
         console.print(f"  -> {finding.advice}", markup=False)
 
 
-def _save_png(series: list[MetricSeries], path: Path, title: str) -> None:
+def _save_png(series: list[MetricSeries], path: Path, title: str, log: bool | None) -> None:
     try:
-        cli_plot.png_chart(series, path, title)
+        cli_plot.png_chart(series, path, title, log=log)
     except ImportError:
         Console(stderr=True).print(
             "[red]error:[/red] a PNG needs matplotlib: pip install 'ampfleet[plot]' "

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
+from ampfleet import cli_plot
 from ampfleet.cli import app
 from tests.support.factories import job_spec
 from tests.support.fleet import Fleet
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.e2e
 
 STEPS = 30
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+CHART_LINES = 1 + cli_plot.HEIGHT + 2  # title, rows, axis, steps
 
 
 @pytest.fixture(scope="module")
@@ -144,12 +146,20 @@ def test_metrics_table_png_and_terminal_plot(
     plotted = run(ampfleet, "metrics", job_id, "--plot", str(png), "--names", "loss,grad_norm")
     assert plotted.exit_code == 0, plotted.output
     assert png.read_bytes().startswith(PNG_SIGNATURE)
-    terminal = run(ampfleet, "metrics", job_id, "--plot", "-")
+    terminal = run(ampfleet, "metrics", job_id, "--plot", "-")  # loss and val_loss
     assert terminal.exit_code == 0
-    chart = terminal.stdout.splitlines()
-    assert chart[0] == "loss (by step)"
-    assert sum("*" in line for line in chart) >= 2  # the curve falls through the rows
-    assert chart[-1].split() == ["1", str(STEPS)]
+    lines = terminal.stdout.splitlines()
+    loss, val_loss = lines[:CHART_LINES], lines[CHART_LINES:]
+    assert loss[0] == "loss (by step, log axis)"  # a loss: log by default
+    assert sum("*" in line for line in loss) >= 2  # the curve falls through the rows
+    assert loss[-1].split() == ["1", str(STEPS)]
+    assert val_loss[0] == "val_loss (by step, log axis)"
+    assert val_loss[-1].split() == [str(STEPS), str(STEPS)]  # evaluated at the end only
+    two = run(ampfleet, "metrics", job_id, "--plot", "-", "-n", "loss", "-n", "grad_norm")
+    titles = two.stdout.splitlines()[::CHART_LINES]
+    assert titles == ["loss (by step, log axis)", "grad_norm (by step)"]
+    linear = run(ampfleet, "metrics", job_id, "--plot", "-", "--linear")
+    assert linear.stdout.splitlines()[0] == "loss (by step)"
 
 
 def test_keys_create_list_revoke(
