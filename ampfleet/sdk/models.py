@@ -21,9 +21,11 @@ class ApiModel(BaseModel):
 
 class Progress(ApiModel):
     step: int = 0
-    total_steps: int | None = None
+    total_steps: int | None = None  # None: not started yet, or a runtime-only job
     fraction: float | None = None
     eta_seconds: float | None = None
+    eta_confidence: Literal["low", "medium", "high"] | None = None
+    steps_per_s: float | None = None  # the pace the ETA comes from
 
 
 class QueueInfo(ApiModel):
@@ -270,6 +272,8 @@ class ProgressFrame(Frame):
     total_steps: int | None = None
     latest_metrics: dict[str, float] = Field(default_factory=dict)
     eta_seconds: float | None = None
+    eta_confidence: Literal["low", "medium", "high"] | None = None
+    steps_per_s: float | None = None
     queue: QueueInfo | None = None
     """While the job is queued: where it stands and why it waits."""
 

@@ -18,7 +18,14 @@ def test_submit_returns_202_with_location_and_resolved_defaults(client: TestClie
     assert response.headers["location"] == f"/v1/jobs/{job['id']}"
     assert job["state"] == "QUEUED"
     assert job["attempt"] == 0
-    assert job["progress"] == {"step": 0, "total_steps": 20, "fraction": 0.0, "eta_seconds": None}
+    assert job["progress"] == {
+        "step": 0,
+        "total_steps": 20,
+        "fraction": 0.0,
+        "eta_seconds": None,
+        "eta_confidence": None,
+        "steps_per_s": None,
+    }
     assert job["precision"] == {"requested": "bf16", "effective": None}
     # Defaults of the spec and of the recipe's hyperparameters are resolved and stored.
     assert job["spec"]["hyperparameters"]["hidden"] == 256

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,9 +13,20 @@ from ampfleet.core.states import JobState
 
 class Progress(BaseModel):
     step: int = Field(description="Optimizer steps completed.")
-    total_steps: int | None = Field(description="Known once the run has started.")
+    total_steps: int | None = Field(
+        description="Known once the run has started; null for a runtime-only job."
+    )
     fraction: float | None
-    eta_seconds: float | None = Field(description="From the pace since the run started.")
+    eta_seconds: float | None = Field(
+        description="While it runs: from its pace over its latest reports (its start-up "
+        "left out); a runtime-only job, what is left of its time."
+    )
+    eta_confidence: Literal["low", "medium", "high"] | None = Field(
+        None,
+        description="How far to trust the ETA: high once many reports over 20 s or more "
+        "ran at a steady pace, low from one or two.",
+    )
+    steps_per_s: float | None = Field(None, description="The pace the ETA is computed from.")
 
 
 class PrecisionSetting(BaseModel):

@@ -23,7 +23,7 @@ from ampfleet.api.errors import (
     TooManyRequestsError,
     UnprocessableError,
 )
-from ampfleet.api.jobs import idempotency, repository
+from ampfleet.api.jobs import eta, idempotency, repository
 from ampfleet.api.jobs.inputs import resolve_inputs
 from ampfleet.api.jobs.schemas import (
     JobOut,
@@ -297,13 +297,18 @@ def cancel(session: Session, job_id: str, principal: Principal) -> Job:
     return job
 
 
-def eta_seconds(job: Job, now: datetime) -> float | None:
-    """From the pace since the run started; only while it runs and has stepped."""
+def progress_of(job: Job, now: datetime) -> Progress:
+    """Step, total and the ETA (api/jobs/eta.py): what GET /v1/jobs/{id} and the stream say."""
     total = job.total_steps
-    if job.started_at and total and 0 < job.step < total and job.state == JobState.RUNNING:
-        elapsed = (now - job.started_at).total_seconds()
-        return elapsed / job.step * (total - job.step)
-    return None
+    estimate = eta.estimate(job, now)
+    return Progress(
+        step=job.step,
+        total_steps=total,
+        fraction=min(job.step / total, 1.0) if total else None,
+        eta_seconds=estimate.eta_seconds,
+        eta_confidence=estimate.confidence,
+        steps_per_s=estimate.steps_per_s,
+    )
 
 
 def queue_info(job: Job) -> QueueInfo | None:
@@ -320,8 +325,6 @@ def queue_info(job: Job) -> QueueInfo | None:
 
 def to_out(job: Job, now: datetime | None = None) -> JobOut:
     now = now or datetime.now(UTC)
-    total = job.total_steps
-    fraction = min(job.step / total, 1.0) if total else None
     resolved = job.resolved
     return JobOut(
         id=job.id,
@@ -331,9 +334,7 @@ def to_out(job: Job, now: datetime | None = None) -> JobOut:
         state=JobState(job.state),
         attempt=job.attempt,
         priority=Priority(resolved["priority"]),
-        progress=Progress(
-            step=job.step, total_steps=total, fraction=fraction, eta_seconds=eta_seconds(job, now)
-        ),
+        progress=progress_of(job, now),
         queue=queue_info(job),
         gang_size=job.gang_size,
         latest_metrics=job.latest_metrics or {},

@@ -77,6 +77,8 @@ class JobStream:
             progress = (job.step, job.total_steps, job.state, queue)
             if progress != self.progress:
                 self.progress = progress
+                # What GET /v1/jobs/{id} answers, so a follower need not poll it.
+                progress_now = service.progress_of(job, datetime.now(UTC))
                 frames.append(
                     frame(
                         "progress",
@@ -85,8 +87,9 @@ class JobStream:
                             "step": job.step,
                             "total_steps": job.total_steps,
                             "latest_metrics": job.latest_metrics,
-                            # What GET /v1/jobs/{id} answers, so a follower need not poll it.
-                            "eta_seconds": service.eta_seconds(job, datetime.now(UTC)),
+                            "eta_seconds": progress_now.eta_seconds,
+                            "eta_confidence": progress_now.eta_confidence,
+                            "steps_per_s": progress_now.steps_per_s,
                             "queue": queue.model_dump(mode="json") if queue else None,
                         },
                         str(self.cursor),
