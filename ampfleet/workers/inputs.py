@@ -9,12 +9,12 @@ this node's AMPFLEET_DATA_ROOTS, after links are followed, and never copied.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ampfleet.core.archives import unpack_archive
+from ampfleet.core.data_roots import under_roots
 from ampfleet.core.settings import Settings
 from ampfleet.workers.bundles import archive_limits, cache_dir, fetch_once
 
@@ -41,12 +41,6 @@ def ensure_inputs(settings: Settings, inputs: Mapping[str, Mapping[str, Any]]) -
                 _fetch_dataset(settings, item)
         except (OSError, LookupError, ValueError) as exc:
             raise RuntimeError(f"input {name!r}: {exc}") from exc
-
-
-def under_roots(path: Path, roots: list[Path]) -> bool:
-    """`path` (made absolute and normal) is one of `roots` or inside one."""
-    normal = Path(os.path.normpath(path))
-    return any(normal.is_relative_to(Path(os.path.normpath(root))) for root in roots)
 
 
 def _check_shared(settings: Settings, path: Path) -> None:

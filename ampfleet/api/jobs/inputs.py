@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 
 from ampfleet.api.datasets import repository
 from ampfleet.api.errors import UnprocessableError
+from ampfleet.core.data_roots import under_roots
 from ampfleet.core.settings import get_settings
-from ampfleet.workers.inputs import under_roots
 
 SHARED = "file://"
 
