@@ -24,7 +24,6 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     TextColumn,
-    TimeRemainingColumn,
 )
 from rich.table import Table
 
@@ -155,31 +154,62 @@ def _print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], empty: s
     _stdout().print(table if rows else empty)
 
 
+def _duration(seconds: float) -> str:
+    """75 -> '1m 15s'; 7300 -> '2h 01m'."""
+    whole = max(round(seconds), 0)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60:02d}s"
+    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
+
+
+def _eta(seconds: float | None, confidence: str | None) -> str:
+    """The server's ETA and how far to trust it (api/jobs/eta.py): '4m 10s (medium)'."""
+    if seconds is None:
+        return "-"
+    return _duration(seconds) + (f" ({confidence})" if confidence else "")
+
+
 def _follow(client: Client, job: Job, console: Console) -> Job:
-    """A progress bar (step/total, loss, ETA) and the transitions, until the job ends."""
+    """A progress bar (step/total, loss, the server's ETA) and the transitions, until the
+    job ends."""
     columns = (
         TextColumn("{task.description:<10}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("loss {task.fields[loss]}"),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
+        TextColumn("ETA {task.fields[eta]}"),
     )
     with Progress(*columns, console=console) as progress:
-        task = progress.add_task(job.state.value, total=job.progress.total_steps, loss="-")
+        total = job.progress.total_steps
+        task = progress.add_task(job.state.value, total=total, loss="-", eta="-")
         for frame in client.stream_events(job.id):
             if isinstance(frame, StateFrame | EventFrame):
                 progress.console.print(_describe(frame.event))
             elif isinstance(frame, ProgressFrame):
-                loss = frame.latest_metrics.get("loss")
                 progress.update(
                     task,
                     description=frame.state.value,
                     completed=frame.step,
                     total=frame.total_steps,
-                    loss="-" if loss is None else f"{loss:.4f}",
+                    loss=_number(frame.latest_metrics.get("loss"), ".4g"),
+                    eta=_eta(frame.eta_seconds, frame.eta_confidence),
                 )
     return client.get(job.id)
+
+
+def _final_metrics(client: Client, job_id: str, console: Console) -> None:
+    """The objectives (the series with a goal: loss, val_accuracy, ...) as the job left
+    them, each with its best."""
+    objectives = [s for s in client.metrics(job_id, max_points=2).series if s.summary.goal]
+    if not objectives:
+        return
+    table = Table.grid(padding=(0, 2))
+    for one in objectives:
+        table.add_row(f"  {one.name}", _number(one.summary.last, ".4g"), f"best {_best(one)}")
+    console.print("final metrics")
+    console.print(table)
 
 
 def submit(
@@ -234,9 +264,10 @@ def submit(
         except KeyboardInterrupt:
             console.print(f"stopped following; the job goes on: ampfleet status {job.id}")
             raise typer.Exit(130) from None
-    console.print(f"{job.id} {_state(job.state)}")
-    if job.failure_reason:
-        console.print(f"[red]{escape(job.failure_reason)}[/red]")
+        console.print(f"{job.id} {_state(job.state)}")
+        if job.failure_reason:
+            console.print(f"[red]{escape(job.failure_reason)}[/red]")
+        _final_metrics(client, job.id, console)
     if job.state is not JobState.SUCCEEDED:
         raise typer.Exit(1)
 
@@ -254,7 +285,8 @@ def status(
         typer.echo(job.model_dump_json(indent=2))
         return
     progress = job.progress
-    eta = f", ETA {progress.eta_seconds:.0f}s" if progress.eta_seconds is not None else ""
+    seconds = progress.eta_seconds
+    eta = f", ETA {_eta(seconds, progress.eta_confidence)}" if seconds is not None else ""
     percent = f" ({progress.fraction:.0%})" if progress.fraction is not None else ""
     rows = [
         ("job", f"[bold]{job.id}[/bold] {escape(job.name or '')}"),
@@ -285,14 +317,26 @@ def list_jobs(
     state: Annotated[
         list[JobState] | None, typer.Option("--state", "-s", help="Repeat to match any.")
     ] = None,
+    active: Annotated[
+        bool,
+        typer.Option(
+            "--active",
+            "-a",
+            help="Jobs that have not ended: every state but SUCCEEDED, FAILED, CANCELLED and "
+            "TIMED_OUT (with --state, either).",
+        ),
+    ] = False,
     project: Annotated[str | None, typer.Option(help="Only this project's jobs.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many, newest first.")] = 20,
     url: Url = None,
     key: Key = None,
 ) -> None:
     """Jobs, newest first, as a table."""
+    states = list(state or [])
+    if active:
+        states += [s for s in JobState if not s.is_terminal() and s not in states]
     with _client(url, key) as client:
-        jobs = list(client.list(state=state, project=project, limit=limit))
+        jobs = list(client.list(state=states or None, project=project, limit=limit))
     rows = [
         (
             job.id,
@@ -300,7 +344,7 @@ def list_jobs(
             job.project,
             _state(job.state),
             _steps(job),
-            _number(job.latest_metrics.get("loss"), ".4f"),
+            _number(job.latest_metrics.get("loss"), ".4g"),
             _when(job.created_at, short=True),
         )
         for job in jobs

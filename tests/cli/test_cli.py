@@ -78,7 +78,22 @@ def test_submit_follow_shows_progress_and_exits_0_on_success(
     assert "STARTING -> RUNNING" in result.stdout
     assert f"{STEPS}/{STEPS}" in result.stdout  # the progress bar, as it ended
     assert "loss 0." in result.stdout or "loss 1." in result.stdout
-    assert result.stdout.rstrip().endswith(f"{job_id} SUCCEEDED")
+    assert "ETA " in result.stdout  # the server's, with how far to trust it
+    # It ends with the state, then the objectives as the job left them, each with its best.
+    ending = result.stdout.rstrip().splitlines()
+    at = ending.index(f"{job_id} SUCCEEDED")
+    assert ending[at + 1] == "final metrics"
+    rows = {line.split()[0]: line.split()[1:] for line in ending[at + 2 :]}
+    assert sorted(rows) == ["loss", "val_accuracy", "val_loss"]  # learning_rate is no objective
+    last, *best = rows["loss"]
+    assert best[0::2] == ["best", "(min)", "step"]
+    assert float(best[1]) <= float(last)
+    assert rows["val_accuracy"][:4] == [
+        rows["val_accuracy"][0],
+        "best",
+        rows["val_accuracy"][0],
+        "(max)",
+    ]
 
 
 def test_submit_follow_exits_1_when_the_job_fails(
@@ -90,7 +105,9 @@ def test_submit_follow_exits_1_when_the_job_fails(
     assert "smaller than one batch per rank" in result.stdout
 
 
-def test_status_and_list(ampfleet: CliRunner, followed: tuple[Result, str]) -> None:
+def test_status_and_list(
+    ampfleet: CliRunner, followed: tuple[Result, str], specs: dict[str, Path]
+) -> None:
     _, job_id = followed
     status = run(ampfleet, "status", job_id)
     assert status.exit_code == 0
@@ -107,6 +124,15 @@ def test_status_and_list(ampfleet: CliRunner, followed: tuple[Result, str]) -> N
     assert job_id in run(ampfleet, "list", "--state", "SUCCEEDED", "--state", "FAILED").stdout
     assert job_id not in run(ampfleet, "list", "--state", "QUEUED").stdout
     assert job_id not in run(ampfleet, "list", "--project", PARKED).stdout
+    waiting = run(ampfleet, "submit", str(specs["parked"]), "--quiet").stdout.strip()
+    try:
+        active = run(ampfleet, "list", "--active").stdout
+        assert waiting in active
+        assert job_id not in active
+        assert job_id in run(ampfleet, "list", "--active", "--state", "SUCCEEDED").stdout
+    finally:
+        run(ampfleet, "cancel", waiting)
+    assert waiting not in run(ampfleet, "list", "-a").stdout
 
 
 def test_logs_tail_rank_and_follow(ampfleet: CliRunner, followed: tuple[Result, str]) -> None:
@@ -157,7 +183,7 @@ def test_metrics_table_png_and_terminal_plot(
     assert val_loss[-1].split() == [str(STEPS), str(STEPS)]  # evaluated at the end only
     two = run(ampfleet, "metrics", job_id, "--plot", "-", "-n", "loss", "-n", "grad_norm")
     titles = two.stdout.splitlines()[::CHART_LINES]
-    assert titles == ["loss (by step, log axis)", "grad_norm (by step)"]
+    assert titles == ["grad_norm (by step)", "loss (by step, log axis)"]  # in name order
     linear = run(ampfleet, "metrics", job_id, "--plot", "-", "--linear")
     assert linear.stdout.splitlines()[0] == "loss (by step)"
 
