@@ -25,15 +25,19 @@ import re
 import shutil
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save
 from torch.distributed.checkpoint.storage import StorageWriter
+from torch.optim import Optimizer
 
 from ampfleet.core.artifact_names import checkpoint_name
 
@@ -81,6 +85,47 @@ def load(checkpoint: Path, state: dict[str, Any]) -> None:
     """Fills `state` (model and optimizer state dicts, shaped for this world and strategy)
     in place from the checkpoint, resharding as needed. Collective."""
     dcp_load(state, checkpoint_id=checkpoint)
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What `restore_latest` put back. The model, the optimizer and (on the world size the
+    checkpoint was made on) this rank's RNG are restored already; the rest is the trainer's
+    to adopt."""
+
+    step: int
+    setup: dict[str, Any]
+    """What the checkpoint was made under: precision, AllReduce dtype, strategy, world size,
+    backend and each phase's dtype."""
+    scaler: dict[str, Any]
+    """The loss scaler's state (a pass-through one's unless it was made in fp16)."""
+    micro_batches_consumed: int
+    micro_batches_per_epoch: int
+    """The data position, in the saved world's micro-batches."""
+
+
+def restore_latest(
+    directory: Path, model: nn.Module, optimizer: Optimizer, *, rank: int, world_size: int
+) -> Restored | None:
+    """Loads the latest checkpoint into `model` and `optimizer` (any world size, either
+    strategy), and this rank's RNG where the world size is the one it was made on; None when
+    there is no checkpoint yet. Collective."""
+    path = latest(directory)
+    if path is None:
+        return None
+    meta = read_meta(path)
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    load(path, {"model": model_state, "optimizer": optimizer_state})
+    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state)
+    if meta["setup"]["world_size"] == world_size:
+        restore_rng(path, rank)
+    return Restored(
+        step=int(meta["step"]),
+        setup=meta["setup"],
+        scaler=meta["scaler"],
+        micro_batches_consumed=int(meta["micro_batches_consumed"]),
+        micro_batches_per_epoch=int(meta["micro_batches_per_epoch"]),
+    )
 
 
 def artifact_record(checkpoint: Path, step: int, lineage: dict[str, Any]) -> dict[str, Any]:

@@ -1,10 +1,11 @@
-"""The training loop. One optimizer step reads top to bottom in `Trainer.step_once`:
+"""The training loop. One optimizer step reads top to bottom in `Trainer.train_step`:
 micro-steps under autocast (no_sync until the last), unscale, finite check, clip, step,
-update, zero_grad. The same step drives DDP and FSDP (parallel.py wraps the model either
-way). Around it: resume (onto any world size and either strategy), logging, evaluation,
-asynchronous checkpoints, and the precision fallback (fp16 -> bf16 -> fp32) that `auto` jobs
-take when the numbers stop being finite. A runtime-only job (no step count, no epochs) trains
-until its time is up, then ends like any other: final evaluation, checkpoint, export."""
+update, zero_grad; it returns what it did, and reporting it is `reporting.py`'s. The same
+step drives DDP and FSDP (parallel.py wraps the model either way). Around it: resume (onto
+any world size and either strategy), evaluation, asynchronous checkpoints, and the precision
+fallback (fp16 -> bf16 -> fp32) that `auto` jobs take when the numbers stop being finite. A
+runtime-only job (no step count, no epochs) trains until its time is up, then ends like any
+other: final evaluation, checkpoint, export."""
 
 from __future__ import annotations
 
@@ -18,27 +19,28 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ampfleet.workers.rundir import RecordWriter
 from ampfleet.workers.training import checkpoint
 from ampfleet.workers.training.allreduce import AllReduceState
-from ampfleet.workers.training.flops import StepFlops, peak_flops, utilisation
+from ampfleet.workers.training.flops import StepFlops, peak_flops
 from ampfleet.workers.training.parallel import (
     MB,
     ParallelConfig,
     ParallelModel,
     choose_strategy,
     compile_unavailable,
-    peak_memory_bytes,
 )
 from ampfleet.workers.training.precision import (
     DTYPES,
     autocast,
+    later_in_chain,
     next_precision,
     resolve_allreduce_dtype,
 )
+from ampfleet.workers.training.reporting import StepOutcome, StepReporter
 from ampfleet.workers.training.task import Batch, TrainingTask
 from ampfleet.workers.training.timing import StepTimer
 
@@ -63,26 +65,46 @@ class PrecisionFallbackError(Exception):
 
 @dataclass(frozen=True)
 class LoopConfig:
+    """One rank's run, as the entry point resolved it from the job spec and the node."""
+
     max_steps: int | None
+    """Optimizer steps to take; None leaves the end to `epochs` (or to `train_until`)."""
     epochs: int | None
+    """Passes over the training set; with `max_steps` too, whichever ends first."""
     requested_precision: str
+    """As the spec asked: auto | fp16 | bf16 | fp32. Only `auto` falls back."""
     requested_allreduce_dtype: str
+    """As the spec asked; `auto` follows the compute precision, through a fallback too."""
     precision: str
+    """The compute precision the run starts in, resolved for this device."""
     allreduce_dtype: str
+    """The reduction dtype the run starts in, resolved for the precision and backend."""
     backend: str
+    """The process group's: nccl on CUDA, gloo on the CPU."""
     device: torch.device
     rank: int
     world_size: int
     seed: int
+    """Seeds the data order: the sampler's shuffle and the loader's own generator."""
     eval_every_steps: int
+    """Evaluate every N steps; 0 evaluates only at the end."""
     log_every_steps: int
+    """Report a step's metrics every N steps; the last step is always reported."""
     checkpoint_every_steps: int
+    """Checkpoint every N steps; 0 checkpoints only at the end and when preempted."""
     keep_last_checkpoints: int
+    """Complete checkpoints kept; publishing one deletes the oldest beyond these."""
     checkpoint_dir: Path
+    """The job's checkpoints, shared by its attempts: a run resumes from the latest."""
     guard_every_steps: int = 50
+    """Every N steps one bucket is also reduced in fp32 to measure the half-precision
+    reduction's error; 0 never checks."""
     guard_threshold: float = 1e-2
+    """The relative error past which the guard switches the reduction to fp32."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """DDP or FSDP, and how (resharding, activation checkpointing, compile)."""
     ranks_on_node: int = 1
+    """Ranks sharing this node's memory: what `auto` strategy weighs the model against."""
     train_until: float | None = None
     """A runtime-only job: the `time.monotonic()` after which the ranks agree to stop (at
     the next stop check) and finish the run; its learning rate decays over that time."""
@@ -190,8 +212,21 @@ class Trainer:
         self.nonfinite_streak = 0
         self.checkpoint_owed = False
         self.preempted = False
-        self.compute_reported = False
+        self.allreduce_switch_reported = False
         self.batches: Iterator[Batch] = iter(())
+        self.reporter = StepReporter(
+            rank=cfg.rank,
+            world_size=cfg.world_size,
+            device=self.device,
+            samples_per_step=task.batch_size
+            * task.grad_accum_steps
+            * cfg.world_size
+            * task.samples_per_item,
+            flops=self.flops,
+            peak=self.peak,
+            total_steps=self.total_steps,
+            record=self._record,
+        )
 
     # -- the run --------------------------------------------------------------------------
 
@@ -204,8 +239,9 @@ class Trainer:
             self.checkpoints.close()
 
     def _run(self) -> dict[str, float]:
-        self.step = self._resume()
-        self.batches = self.micro_batches(start=self.start_micro_batch)
+        restored = self._restore()
+        if restored is not None:
+            self._continue_precision_of(restored)
         if self._may_fall_back() and checkpoint.latest(self.cfg.checkpoint_dir) is None:
             self._save()  # the "last good" point a precision fallback returns to
         self._record(
@@ -266,7 +302,12 @@ class Trainer:
         return {**last, **final}
 
     def step_once(self) -> dict[str, float]:
-        """One optimizer step; returns the step's metrics when it is a logging step."""
+        """One optimizer step, reported when it is a step to report: its metrics, else {}."""
+        outcome = self.train_step()
+        return self.reporter.report(outcome) if outcome.reporting else {}
+
+    def train_step(self) -> StepOutcome:
+        """One optimizer step, and what it did; nothing is reported here."""
         cfg, task = self.cfg, self.task
         reporting = (self.step + 1) % cfg.log_every_steps == 0 or self.step + 1 == self.total_steps
         timer = StepTimer(self.device, enabled=reporting)
@@ -309,10 +350,25 @@ class Trainer:
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-
-        if not reporting:
-            return {}
-        return self._report(lr, float(grad_norm), loss_sum, timer, started)
+        return StepOutcome(
+            step=self.step,
+            reporting=reporting,
+            started=started,
+            learning_rate=lr,
+            loss_sum=loss_sum,
+            grad_norm=grad_norm,
+            timer=timer,
+            precision=self.precision,
+            skipped_steps=self.skipped_steps,
+            allreduce_bytes=self.comm.bytes_this_step,
+            allreduce_relative_error=self.comm.last_relative_error,
+            loss_scale=float(self.scaler.get_scale())
+            if reporting and self.precision == "fp16"
+            else None,
+            fsdp_times=(self.parallel.times.all_gather_s, self.parallel.times.reduce_scatter_s)
+            if self.parallel.strategy == "fsdp"
+            else None,
+        )
 
     def _begin_step(self) -> float:
         """Sets this step's learning rate (returned) and readies the communication."""
@@ -333,71 +389,11 @@ class Trainer:
         self.parallel.times.reset()
         return lr
 
-    def _report(
-        self, lr: float, grad_norm: float, loss_sum: torch.Tensor, timer: StepTimer, started: float
-    ) -> dict[str, float]:
-        cfg, task = self.cfg, self.task
-        # One collective for the loss, every rank's peak memory and its compute time
-        # (a rank that computes longer makes every other wait in each collective).
-        peaks = torch.zeros(cfg.world_size, device=self.device)
-        peaks[cfg.rank] = peak_memory_bytes(self.device) / MB
-        busy = torch.zeros(cfg.world_size, device=self.device)
-        busy[cfg.rank] = sum(
-            timer.seconds.get(p, 0.0) for p in ("forward", "backward", "optimizer")
-        )
-        reported = torch.cat([loss_sum.reshape(1), peaks, busy])
-        dist.all_reduce(reported)
-        loss_sum = reported[0]
-        peaks, busy = reported[1:].split(cfg.world_size)
-        step_time = time.perf_counter() - started
-        metrics = {
-            "loss": loss_sum.item() / cfg.world_size,
-            "peak_memory_mb": float(peaks.max()),
-            **{f"peak_memory_mb_rank{r}": float(mb) for r, mb in enumerate(peaks.tolist())},
-            **{f"compute_s_rank{r}": float(s) for r, s in enumerate(busy.tolist())},
-            "learning_rate": lr,
-            "grad_norm": grad_norm,
-            "step_time_s": step_time,
-            "samples_per_s": task.batch_size
-            * task.grad_accum_steps
-            * cfg.world_size
-            * task.samples_per_item
-            / step_time,
-            "skipped_steps": float(self.skipped_steps),
-            "allreduce_bytes": float(self.comm.bytes_this_step),
-            **{f"time_{name}_s": seconds for name, seconds in timer.seconds.items()},
-            **utilisation(self.flops.per_step or 0, cfg.world_size, step_time, self.peak),
-        }
-        if self.parallel.strategy == "fsdp":
-            metrics["time_all_gather_s"] = self.parallel.times.all_gather_s
-            metrics["time_reduce_scatter_s"] = self.parallel.times.reduce_scatter_s
-        if self.precision == "fp16":
-            metrics["loss_scale"] = float(self.scaler.get_scale())
-        if self.comm.last_relative_error is not None:
-            metrics["allreduce_relative_error"] = self.comm.last_relative_error
-        if not self.compute_reported:
-            self.compute_reported = True
-            self._record(
-                "compute",
-                step_flops=self.flops.per_step or 0,
-                peak_flops_per_s=self.peak.flops_per_s if self.peak else None,
-                message=self.flops.message(self.peak, f"{self.device} in {self.precision}"),
-            )
-        self._record("metrics", step=self.step, values=metrics)
-        if cfg.rank == 0:
-            print(
-                f"step {self.step}/{self.total_steps or '?'} loss {metrics['loss']:.4g} "
-                f"lr {lr:.2e} {metrics['samples_per_s']:.0f} samples/s",
-                flush=True,
-            )
-        self._record("progress", step=self.step, total_steps=self.total_steps)
-        return metrics
-
     def _after_step(self) -> None:
         cfg = self.cfg
         self.checkpoints.poll()
-        if self.comm.switch_reason and not getattr(self, "_switch_reported", False):
-            self._switch_reported = True
+        if self.comm.switch_reason and not self.allreduce_switch_reported:
+            self.allreduce_switch_reported = True
             self._record("event", reason="allreduce_fallback", message=self.comm.switch_reason)
             self._record("setup", **self._setup())
         if (
@@ -465,21 +461,19 @@ class Trainer:
 
     def _fall_back(self, fallback: PrecisionFallbackError) -> None:
         previous = self.precision
-        self.precision = fallback.target
         if self.cfg.requested_allreduce_dtype == "auto" and self.comm.switch_reason is None:
             self.comm.dtype = DTYPES[
-                resolve_allreduce_dtype("auto", self.precision, self.cfg.backend)
+                resolve_allreduce_dtype("auto", fallback.target, self.cfg.backend)
             ]
-        self.parallel.set_dtypes(self.precision, self.comm.dtype)
-        self.scaler = self.parallel.make_grad_scaler(self.precision, self.device)
+        self._use_precision(fallback.target)
         self.optimizer.zero_grad(set_to_none=True)  # the failed step's gradients
         self.checkpoints.wait()
         dist.barrier()  # rank 0 has published the last save before anyone looks for it
         self.nonfinite_streak = 0
         # The last good checkpoint, from before the streak of non-finite steps began (none
-        # is written inside a streak, and one exists from step 0 on: see `_run`).
-        self.step = self._resume()
-        self.batches = self.micro_batches(start=self.start_micro_batch)
+        # is written inside a streak, and one exists from step 0 on: see `_run`). It was
+        # made in an earlier precision than this one, so it has none to continue.
+        self._restore()
         self._record("rewound", step=self.step)  # the steps after it are reported again
         self._record(
             "event",
@@ -488,6 +482,21 @@ class Trainer:
             f"checkpoint at step {self.step}",
         )
         self._record("setup", **self._setup())
+
+    def _use_precision(self, precision: str) -> None:
+        """Computes in `precision` from the next step: the model's dtypes, a new scaler."""
+        self.precision = precision
+        self.parallel.set_dtypes(precision, self.comm.dtype)
+        self.scaler = self.parallel.make_grad_scaler(precision, self.device)
+
+    def _continue_precision_of(self, restored: checkpoint.Restored) -> None:
+        """An `auto` job keeps the fallback an earlier attempt took (it would fail the same
+        way again), and fp16 keeps the loss scale it had found."""
+        saved = restored.setup["precision"]
+        if self.cfg.requested_precision == "auto" and later_in_chain(saved, self.precision):
+            self._use_precision(saved)
+        if saved == "fp16" and self.precision == "fp16":
+            self.scaler.load_state_dict(restored.scaler)
 
     def _setup(self) -> dict[str, str]:
         return {
@@ -565,34 +574,27 @@ class Trainer:
         """Rank 0, once a checkpoint is complete: the agent uploads its files."""
         self._record("artifact", **checkpoint.artifact_record(path, step, meta["setup"]))
 
-    def _resume(self) -> int:
-        self.start_micro_batch = 0
-        path = checkpoint.latest(self.cfg.checkpoint_dir)
-        if path is None:
-            return 0
-        meta = checkpoint.read_meta(path)
-        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
-        state = {"model": model_state, "optimizer": optimizer_state}
-        checkpoint.load(path, state)
-        set_state_dict(
+    def _restore(self) -> checkpoint.Restored | None:
+        """Back to the latest checkpoint, or to the start when there is none: weights,
+        optimizer, RNG, the step and the data position. What it restored, or None."""
+        restored = checkpoint.restore_latest(
+            self.cfg.checkpoint_dir,
             self.model,
             self.optimizer,
-            model_state_dict=model_state,
-            optim_state_dict=optimizer_state,
+            rank=self.cfg.rank,
+            world_size=self.cfg.world_size,
         )
-        saved = meta["setup"]
-        if self.cfg.requested_precision == "auto" and _later_in_chain(
-            saved["precision"], self.precision
-        ):
-            # An earlier attempt already fell back: do not repeat the failure.
-            self.precision = saved["precision"]
-            self.parallel.set_dtypes(self.precision, self.comm.dtype)
-            self.scaler = self.parallel.make_grad_scaler(self.precision, self.device)
-        if saved["precision"] == "fp16" and self.precision == "fp16":
-            self.scaler.load_state_dict(meta["scaler"])
-        step = int(meta["step"])
-        if saved["world_size"] == self.cfg.world_size:
-            checkpoint.restore_rng(path, self.cfg.rank)
+        if restored is None:
+            self.step = 0
+            self.batches = self.micro_batches(start=0)
+            return None
+        self.step = restored.step
+        self.batches = self.micro_batches(start=self._data_position(restored))
+        self._record_resharding(restored)
+        return restored
+
+    def _record_resharding(self, restored: checkpoint.Restored) -> None:
+        saved = restored.setup
         changed = {
             what: (saved.get(what), now)
             for what, now in (
@@ -605,24 +607,20 @@ class Trainer:
             self._record(
                 "event",
                 reason="resharded",
-                message=f"resumed the checkpoint of step {step} "
+                message=f"resumed the checkpoint of step {restored.step} "
                 + ", ".join(f"{what} {old} -> {new}" for what, (old, new) in changed.items())
                 + "; the data position is recomputed for the new world size",
             )
-        self.start_micro_batch = self._data_position(meta)
-        return step
 
-    def _data_position(self, meta: dict[str, Any]) -> int:
+    def _data_position(self, restored: checkpoint.Restored) -> int:
         """The micro-batch to continue from: the same epoch, past the samples the saved
         world had consumed of it (rounded up to whole global batches of this world)."""
-        consumed, per_epoch = (
-            int(meta["micro_batches_consumed"]),
-            int(meta["micro_batches_per_epoch"]),
-        )
-        if meta["setup"]["world_size"] == self.cfg.world_size:
+        consumed, per_epoch = restored.micro_batches_consumed, restored.micro_batches_per_epoch
+        saved_world = int(restored.setup["world_size"])
+        if saved_world == self.cfg.world_size:
             return consumed
         epoch, within = divmod(consumed, per_epoch)
-        samples = within * self.task.batch_size * int(meta["setup"]["world_size"])
+        samples = within * self.task.batch_size * saved_world
         per_batch = self.task.batch_size * self.cfg.world_size
         return epoch * len(self.loader) + min(-(-samples // per_batch), len(self.loader))
 
@@ -631,8 +629,3 @@ class Trainer:
             self.writer.write(kind, **fields)
             if kind not in ("metrics", "progress"):
                 self.writer.flush()
-
-
-def _later_in_chain(candidate: str, current: str) -> bool:
-    order = ["fp16", "bf16", "fp32"]
-    return order.index(candidate) > order.index(current)

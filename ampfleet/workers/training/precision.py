@@ -49,13 +49,19 @@ def resolve_allreduce_dtype(requested: str, precision: str, backend: str) -> str
     return "bf16" if backend == "gloo" else precision
 
 
+FALLBACK_CHAIN = ("fp16", "bf16", "fp32")
+"""The order an `auto` job falls back in when its numbers stop being finite."""
+
+
 def next_precision(current: str, device: torch.device) -> str | None:
-    """The fallback chain fp16 -> bf16 -> fp32, skipping bf16 where the hardware lacks it."""
-    if current == "fp16":
-        return "bf16" if supports_bf16(device) else "fp32"
-    if current == "bf16":
-        return "fp32"
-    return None
+    """The next precision along the chain, skipping bf16 where the hardware lacks it."""
+    later = FALLBACK_CHAIN[FALLBACK_CHAIN.index(current) + 1 :]
+    return next((p for p in later if p != "bf16" or supports_bf16(device)), None)
+
+
+def later_in_chain(candidate: str, current: str) -> bool:
+    """Whether `candidate` comes after `current` in the fallback chain."""
+    return FALLBACK_CHAIN.index(candidate) > FALLBACK_CHAIN.index(current)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,137 @@
+"""What a reported step tells, apart from the step itself (`loop.Trainer.train_step`), which
+only measures and returns its `StepOutcome`.
+
+A reported step costs one collective: every rank's loss, peak memory and compute time go in
+one all_reduce (a rank that computes longer makes every other wait in each collective, so
+each rank's time is worth seeing). Rank 0 then writes the step's metrics and progress, once
+the FLOPs of a step and the peak they are measured against, and prints the step line.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from ampfleet.workers.training.flops import Peak, StepFlops, utilisation
+from ampfleet.workers.training.parallel import MB, peak_memory_bytes
+from ampfleet.workers.training.timing import StepTimer
+
+COMPUTE_PHASES = ("forward", "backward", "optimizer")
+
+Record = Callable[..., None]
+"""Writes one record of a kind, with its fields (rank 0's writer; a no-op elsewhere)."""
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """One optimizer step as `train_step` returns it. Its tensors stay on the device: only a
+    reported step reads them back (a host-device sync on a GPU)."""
+
+    step: int
+    """Steps done, this one included."""
+    reporting: bool
+    """A step to report: every `log_every_steps`, and the last one."""
+    started: float
+    """`time.perf_counter()` as the step began."""
+    learning_rate: float
+    loss_sum: torch.Tensor
+    """This rank's loss, summed over the micro-steps (each divided by their count)."""
+    grad_norm: torch.Tensor
+    timer: StepTimer
+    """Time per phase; only a reported step is timed."""
+    precision: str
+    """What the step computed in."""
+    skipped_steps: int
+    """Steps skipped so far for non-finite gradients, this one included."""
+    allreduce_bytes: int
+    allreduce_relative_error: float | None
+    """The guard's measure, on the steps it checks."""
+    loss_scale: float | None
+    """fp16's loss scale after the step, on reported steps."""
+    fsdp_times: tuple[float, float] | None
+    """FSDP's (all-gather, reduce-scatter) seconds; None under DDP."""
+
+
+class StepReporter:
+    def __init__(
+        self,
+        *,
+        rank: int,
+        world_size: int,
+        device: torch.device,
+        samples_per_step: int,
+        flops: StepFlops,
+        peak: Peak | None,
+        total_steps: int | None,
+        record: Record,
+    ) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.device = device
+        self.samples_per_step = samples_per_step
+        """Samples in one optimizer step, every rank's together."""
+        self.flops = flops
+        self.peak = peak
+        self.total_steps = total_steps
+        self.record = record
+        self.compute_reported = False
+
+    def report(self, outcome: StepOutcome) -> dict[str, float]:
+        """The step's metrics, written and printed. Every rank calls it on a reported step."""
+        metrics = self._metrics(outcome)
+        if not self.compute_reported:
+            self.compute_reported = True
+            where = f"{self.device} in {outcome.precision}"
+            self.record(
+                "compute",
+                step_flops=self.flops.per_step or 0,
+                peak_flops_per_s=self.peak.flops_per_s if self.peak else None,
+                message=self.flops.message(self.peak, where),
+            )
+        self.record("metrics", step=outcome.step, values=metrics)
+        if self.rank == 0:
+            print(
+                f"step {outcome.step}/{self.total_steps or '?'} loss {metrics['loss']:.4g} "
+                f"lr {outcome.learning_rate:.2e} {metrics['samples_per_s']:.0f} samples/s",
+                flush=True,
+            )
+        self.record("progress", step=outcome.step, total_steps=self.total_steps)
+        return metrics
+
+    def _metrics(self, outcome: StepOutcome) -> dict[str, float]:
+        grad_norm = float(outcome.grad_norm)
+        world_size, timer = self.world_size, outcome.timer
+        peaks = torch.zeros(world_size, device=self.device)
+        peaks[self.rank] = peak_memory_bytes(self.device) / MB
+        busy = torch.zeros(world_size, device=self.device)
+        busy[self.rank] = sum(timer.seconds.get(p, 0.0) for p in COMPUTE_PHASES)
+        reported = torch.cat([outcome.loss_sum.reshape(1), peaks, busy])
+        dist.all_reduce(reported)
+        loss_sum = reported[0]
+        peaks, busy = reported[1:].split(world_size)
+        step_time = time.perf_counter() - outcome.started
+        metrics: dict[str, float] = {
+            "loss": loss_sum.item() / world_size,
+            "peak_memory_mb": float(peaks.max()),
+            **{f"peak_memory_mb_rank{r}": float(mb) for r, mb in enumerate(peaks.tolist())},
+            **{f"compute_s_rank{r}": float(s) for r, s in enumerate(busy.tolist())},
+            "learning_rate": outcome.learning_rate,
+            "grad_norm": grad_norm,
+            "step_time_s": step_time,
+            "samples_per_s": self.samples_per_step / step_time,
+            "skipped_steps": float(outcome.skipped_steps),
+            "allreduce_bytes": float(outcome.allreduce_bytes),
+            **{f"time_{name}_s": seconds for name, seconds in timer.seconds.items()},
+            **utilisation(self.flops.per_step or 0, world_size, step_time, self.peak),
+        }
+        if outcome.fsdp_times is not None:
+            metrics["time_all_gather_s"], metrics["time_reduce_scatter_s"] = outcome.fsdp_times
+        if outcome.loss_scale is not None:
+            metrics["loss_scale"] = outcome.loss_scale
+        if outcome.allreduce_relative_error is not None:
+            metrics["allreduce_relative_error"] = outcome.allreduce_relative_error
+        return metrics
