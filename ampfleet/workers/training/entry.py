@@ -23,9 +23,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from pydantic import Field
 
 from ampfleet.core.recipes import get_recipe
-from ampfleet.core.spec import Stop
+from ampfleet.core.spec import CodeSpec, JobSpec, Stop
 from ampfleet.workers.rank_memory import out_of_memory
 from ampfleet.workers.rundir import RecordWriter, RunDir
 from ampfleet.workers.training.bundled import bundled_recipe
@@ -76,62 +77,80 @@ def train_until(stop: Stop, started: float) -> float | None:
     return None
 
 
+class StoredCode(CodeSpec):
+    """`code` as stored: the API adds the bundle's sha256; a local run (`ampfleet run-local`)
+    names its folder instead of a bundle."""
+
+    bundle: str
+    sha256: str | None = None
+
+
+class StoredSpec(JobSpec):
+    """The spec as the API stored it in the job file: every default resolved, and what the
+    API resolved for the node beside it."""
+
+    code: StoredCode | None = None
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    """An installed recipe's, with every default it has filled in, however many."""
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    """As the API resolved them; this node's paths are the job file's own `inputs`."""
+
+
 def run(
     run_dir: RunDir, rank: int, world_size: int, local_rank: int, ranks_on_node: int = 1
 ) -> None:
     started = time.monotonic()
     job: dict[str, Any] = json.loads(run_dir.job_file.read_text())
-    spec = job["spec"]
-    device, backend = pick_device(spec["resources"]["accelerator"], local_rank)
+    spec = StoredSpec.model_validate(job["spec"])
+    device, backend = pick_device(spec.resources.accelerator, local_rank)
     dist.init_process_group(
         backend,
         timeout=timedelta(seconds=job["process_group_timeout_s"]),
         device_id=device if device.type == "cuda" else None,
     )
-    precision = resolve_precision(spec["precision"], device)
-    allreduce_dtype = resolve_allreduce_dtype(spec["allreduce_dtype"], precision, backend)
+    precision = resolve_precision(spec.precision.value, device)
+    allreduce_dtype = resolve_allreduce_dtype(spec.allreduce_dtype.value, precision, backend)
     # Same seed for model init on every rank (DDP broadcasts rank 0's weights anyway);
     # offset by rank afterwards so dropout and augmentation differ per rank.
-    seed_everything(spec["seed"])
-    code = spec.get("code")
+    seed_everything(spec.seed)
     recipe = (
-        bundled_recipe(Path(job["code_dir"]), code["entrypoint"])
-        if code
-        else get_recipe(spec["recipe"])
+        bundled_recipe(Path(job["code_dir"]), spec.code.entrypoint)
+        if spec.code is not None
+        else get_recipe(spec.recipe or "")  # a valid spec names one or the other
     )
     # A bundled recipe's hyperparameters meet their model here first (the API never saw it).
-    hyperparameters = recipe.hyperparameters.model_validate(spec["hyperparameters"])
+    hyperparameters = recipe.hyperparameters.model_validate(spec.hyperparameters)
     run_dir.output_dir.mkdir(parents=True, exist_ok=True)
     context = RecipeContext(
         rank=rank,
         world_size=world_size,
         device=device,
-        seed=spec["seed"],
+        seed=spec.seed,
         output_dir=run_dir.output_dir,
         inputs={name: Path(path) for name, path in job.get("inputs", {}).items()},
     )
     task = recipe.build(hyperparameters, context)
-    seed_everything(spec["seed"] + rank)
+    seed_everything(spec.seed + rank)
     config = LoopConfig(
-        max_steps=spec["stop"]["max_steps"],
-        epochs=spec["stop"]["epochs"],
-        requested_precision=spec["precision"],
-        requested_allreduce_dtype=spec["allreduce_dtype"],
+        max_steps=spec.stop.max_steps,
+        epochs=spec.stop.epochs,
+        requested_precision=spec.precision.value,
+        requested_allreduce_dtype=spec.allreduce_dtype.value,
         precision=precision,
         allreduce_dtype=allreduce_dtype,
         backend=backend,
         device=device,
         rank=rank,
         world_size=world_size,
-        seed=spec["seed"],
-        eval_every_steps=spec["eval_every_steps"],
-        log_every_steps=spec["log_every_steps"],
-        checkpoint_every_steps=spec["checkpoint"]["every_steps"],
-        keep_last_checkpoints=spec["checkpoint"]["keep_last"],
+        seed=spec.seed,
+        eval_every_steps=spec.eval_every_steps,
+        log_every_steps=spec.log_every_steps,
+        checkpoint_every_steps=spec.checkpoint.every_steps,
+        keep_last_checkpoints=spec.checkpoint.keep_last,
         checkpoint_dir=Path(job["checkpoint_dir"]),
-        parallel=ParallelConfig.from_spec(spec),
+        parallel=ParallelConfig.from_spec(spec.parallelism),
         ranks_on_node=ranks_on_node,
-        train_until=train_until(Stop.model_validate(spec["stop"]), started),
+        train_until=train_until(spec.stop, started),
     )
     writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
     try:

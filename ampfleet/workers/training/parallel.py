@@ -43,6 +43,7 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
+from ampfleet.core.spec import Parallelism
 from ampfleet.workers.rank_memory import memory_limit_mb
 from ampfleet.workers.training.allreduce import AllReduceState, attach
 from ampfleet.workers.training.precision import DTYPES
@@ -62,8 +63,8 @@ class ParallelConfig:
     compile: bool = False
 
     @classmethod
-    def from_spec(cls, spec: dict[str, Any]) -> ParallelConfig:
-        return cls(**spec.get("parallelism", {}))
+    def from_spec(cls, parallelism: Parallelism) -> ParallelConfig:
+        return cls(**parallelism.model_dump())
 
 
 @dataclass(frozen=True)
