@@ -125,6 +125,10 @@ def test_console_loads_without_a_key_and_logs_in_with_one(fleet: Fleet, page: Pa
     assert "default-src 'self'" in anonymous.headers["content-security-policy"]
     assert httpx.get(f"{fleet.base_url}/ui/js/app.js").status_code == 200
     assert httpx.get(f"{fleet.base_url}/v1/jobs").status_code == 401  # the API still needs one
+    for icon in ("/favicon.ico", "/ui/favicon.ico"):  # what browsers ask for, and the link
+        answer = httpx.get(f"{fleet.base_url}{icon}")
+        assert answer.status_code == 200, icon
+        assert answer.content.startswith(b"\x00\x00\x01\x00")  # an ICO
 
     page.goto(f"{fleet.base_url}/ui/")
     expect(page.locator("#login-form")).to_be_visible()
@@ -228,6 +232,26 @@ def test_job_page_follows_a_run_to_success_with_live_charts(
     expect(page.locator("#allreduce")).to_have_attribute("data-saved-percent", "50.0")
     expect(page.locator("#logs .log-line").first).to_be_visible()
     expect(page.locator("#cancel-job")).to_be_disabled()
+
+    # The loss on a log axis unless unticked; each chart says which steps it shows.
+    expect(page.locator("#chart-loss svg")).to_have_attribute("data-scale", "log")
+    expect(page.locator("#chart-loss-window")).to_have_text("steps 10\u2013150: the whole run")
+    step_time_window = page.locator("#chart-step-time-window")
+    expect(step_time_window).to_have_text("steps 10\u2013150: every logged step")
+    page.uncheck("#loss-log")
+    expect(page.locator("#chart-loss svg")).to_have_attribute("data-scale", "linear")
+    page.check("#loss-log")
+    # The spec as resolved, and the headline: the final validation accuracy.
+    expect(page.locator("#spec-stop")).to_have_text("150 steps")
+    expect(page.locator("#spec-checkpoint")).to_have_text("at the end only, keeping the last 2")
+    expect(page.locator("#spec-shape")).to_have_text("1 \u00d7 2 ranks (any)")
+    hidden = page.locator("#spec-hyperparameters tr[data-name='hidden'] .value")
+    expect(hidden).to_have_text("256")
+    expect(page.locator("#job-headline-name")).to_have_text("final val_accuracy")
+    headline = page.locator("#job-headline")
+    expect(headline).to_contain_text("higher is better")
+    accuracy = fleet.job(job["id"])["latest_metrics"]["val_accuracy"]
+    assert float(headline.get_attribute("data-value") or "nan") == accuracy
 
     assert save_screenshot(page, "job-page.png", capsys).stat().st_size > 10_000
 
@@ -349,11 +373,22 @@ def test_job_page_takes_progress_from_the_stream_alone(fleet: Fleet, clock_page:
         expect(page.locator("#job-state")).to_have_attribute("data-state", "RUNNING")
         bar = page.locator("#job-progress .progress")
         expect(bar).not_to_have_attribute("aria-valuenow", "0")
-        for selector in ("#job-summary dd", "#job-progress .progress", "#timeline li"):
+        for selector in (
+            "#job-summary dd",
+            "#job-created",
+            "#job-progress .progress",
+            "#timeline li",
+        ):
             mark(page, selector)
+        created = page.locator("#job-created").inner_text()
+        running_for = page.locator("#job-run-for").inner_text()
 
         # A minute of the page's timers, all at once: nothing may poll the job.
         page.clock.run_for(60_000)
+        # The ages tick on the page's clock, in place: a minute older, both of them.
+        assert ages(page.locator("#job-created").inner_text()) >= ages(created) + 60
+        assert ages(page.locator("#job-run-for").inner_text()) >= ages(running_for) + 60
+        assert still_marked(page, "#job-created")
         step = bar.get_attribute("aria-valuenow")
         expect(bar).not_to_have_attribute("aria-valuenow", step or "")  # frames keep coming
         expect(page.locator("#eta")).to_have_text(re.compile(r"^ETA \d"))  # the server's
@@ -364,6 +399,12 @@ def test_job_page_takes_progress_from_the_stream_alone(fleet: Fleet, clock_page:
             assert still_marked(page, selector), selector
     finally:
         cancel_quietly(fleet, job["id"])
+
+
+def ages(text: str) -> int:
+    """Seconds in the console's durations: "42s ago", "1m 05s", "2h 01m"."""
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([dhms])", text))
 
 
 def parked(fleet: Fleet, project: str) -> None:

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from fastapi import APIRouter, FastAPI
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import FileResponse, RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
@@ -36,6 +36,14 @@ router = APIRouter(include_in_schema=False)
 @router.get(PREFIX)
 def console() -> RedirectResponse:
     return RedirectResponse(f"{PREFIX}/")
+
+
+@router.get("/favicon.ico")
+def favicon() -> FileResponse:
+    """Browsers ask the origin's root for it, whatever page they show."""
+    return FileResponse(
+        STATIC_DIR / "favicon.ico", media_type="image/x-icon", headers=SECURITY_HEADERS
+    )
 
 
 class ConsoleFiles(StaticFiles):

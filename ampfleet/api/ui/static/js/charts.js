@@ -90,25 +90,49 @@ function linear(domainLo, domainHi, rangeLo, rangeHi) {
   return (v) => rangeLo + ((v - domainLo) / span) * (rangeHi - rangeLo);
 }
 
+/** Ticks at the powers of ten that cover [lo, hi] (both > 0), thinned to about `count`. */
+function decadeTicks(lo, hi, count = 5) {
+  const first = Math.floor(Math.log10(lo));
+  const last = Math.ceil(Math.log10(hi));
+  const every = Math.max(1, Math.ceil((last - first) / count));
+  const ticks = [];
+  for (let e = first; e <= last; e += every) ticks.push(10 ** e);
+  if (ticks.length < 2) ticks.push(10 ** (first + every));
+  return ticks;
+}
+
+/** The y axis: linear, or logarithmic when asked and every value is positive. */
+function yAxis(values, box, log) {
+  const [lo, hi] = extent(values);
+  if (log && lo > 0) {
+    const ticks = decadeTicks(lo, hi);
+    const scale = linear(Math.log10(ticks[0]), Math.log10(ticks[ticks.length - 1]), box.bottom, box.top);
+    return { ticks, scale: (v) => scale(Math.log10(v)), log: true };
+  }
+  const ticks = niceTicks(lo, hi, 4);
+  return { ticks, scale: linear(ticks[0], ticks[ticks.length - 1], box.bottom, box.top), log: false };
+}
+
 /**
  * series: [{name, points: [[step, value], ...]}]; draws one <polyline class="series">
  * per non-empty series, with data-series (its name) and data-points (how many points it has).
+ * `log`: a logarithmic y axis, where every value is positive (the svg's data-scale says
+ * which one was drawn: "log" or "linear").
  */
-export function lineChart(container, series, { width = 560, height = 220, xLabel = "step", yFormat = num, emptyText } = {}) {
+export function lineChart(container, series, { width = 560, height = 220, xLabel = "step", yFormat = num, emptyText, log = false } = {}) {
   const drawn = series.filter((one) => one.points.length);
   const svg = frame(container, width, height, { xLabel, emptyText }, drawn.length > 0);
   if (!drawn.length) return;
   const [xLo, xHi] = extent(drawn.flatMap((one) => one.points.map((p) => p[0])));
-  const [yLo, yHi] = extent(drawn.flatMap((one) => one.points.map((p) => p[1])));
   const box = { left: 56, right: width - 12, top: 10, bottom: height - 28 };
   const xTicks = niceTicks(xLo, xHi, 6).filter((t) => t >= xLo && t <= xHi);
-  const yTicks = niceTicks(yLo, yHi, 4);
   const xs = { ticks: xTicks, scale: linear(xLo, xHi, box.left, box.right) };
-  const ys = { ticks: yTicks, scale: linear(yTicks[0], yTicks[yTicks.length - 1], box.bottom, box.top) };
+  const ys = yAxis(drawn.flatMap((one) => one.points.map((p) => p[1])), box, log);
+  svg.dataset.scale = ys.log ? "log" : "linear";
   axes(svg, box, xs, ys, yFormat);
   drawn.forEach((one, index) => {
     const color = one.color || PALETTE[index % PALETTE.length];
-    const coords = thin(one.points.filter((p) => Number.isFinite(p[1])))
+    const coords = thin(one.points.filter((p) => Number.isFinite(p[1]) && (!ys.log || p[1] > 0)))
       .map(([x, y]) => `${xs.scale(x).toFixed(1)},${ys.scale(y).toFixed(1)}`)
       .join(" ");
     svg.append(s("polyline", {

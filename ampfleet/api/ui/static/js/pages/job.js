@@ -3,15 +3,19 @@
 // feeds the timeline, the progress (with the server's ETA and, while queued, where the job
 // waits) and the charts; it resumes with Last-Event-ID after a dropped connection. The job
 // itself (and its artifacts) is fetched again only when its state changes, for what the
-// stream does not carry (attempt, timestamps, failure, what was stored).
+// stream does not carry (attempt, timestamps, failure, what was stored). Ages ("created 2m
+// ago", "running for", "finished ... ago") tick every second on the page's own clock; the
+// headline metric is the job's main objective, from the metrics summary's goals.
 import { api, follow } from "../api.js";
 import { TERMINAL, ageOf, clockTime, duration, fill, h, num, progressBar, setProgress, stateBadge } from "../dom.js";
 import { artifactsPanel } from "./jobartifacts.js";
 import { logsPanel } from "./joblogs.js";
-import { MetricStore, drawMetrics, metricPanels } from "./jobmetrics.js";
+import { MetricStore, drawMetrics, headline, metricPanels } from "./jobmetrics.js";
+import { specPanel } from "./jobspec.js";
 
 const EVENT_PAGE = 1000;
 const HISTORY_POINTS = 2000; // per series: a long job's history comes downsampled
+const TICK_MS = 1000;
 
 function settingText(setting) {
   if (!setting.effective) return `${setting.requested} (requested)`;
@@ -34,6 +38,7 @@ function timelineItem(event) {
 export function jobPage(ctx, jobId) {
   const store = new MetricStore();
   const events = new Map();
+  const goals = new Map(); // metric name -> "min" | "max" | null, from the metrics summary
   let job = null;
   let drawQueued = false;
 
@@ -48,10 +53,15 @@ export function jobPage(ctx, jobId) {
   const loss = h("span", { id: "latest-loss" });
   const progress = h("div", { id: "job-progress", class: "job-progress" }, bar, progressText, eta, loss, streamStatus);
   const runFor = h("dd", { id: "job-run-for" });
+  const created = h("dd", { id: "job-created" });
+  const headlineTerm = h("dt", { id: "job-headline-name" });
+  const headlineValue = h("dd", { id: "job-headline", class: "headline" });
+  const spec = specPanel();
   const queueTerm = h("dt", {}, "queue");
   const queueLine = h("dd", { id: "job-queue" });
   const timeline = h("ol", { id: "timeline", class: "timeline" });
   const { el: charts, panels } = metricPanels();
+  charts.lossLog.addEventListener("change", () => drawMetrics(charts, store, job));
   const artifacts = artifactsPanel(ctx, jobId);
   ctx.view.append(head, h("p", { class: "muted" }, "Loading…"));
 
@@ -59,18 +69,38 @@ export function jobPage(ctx, jobId) {
     ? duration(((job.finished_at ? Date.parse(job.finished_at) : Date.now()) - Date.parse(job.started_at)) / 1000)
     : "—");
 
+  const etaText = (p) => (p.eta_seconds === null || p.eta_seconds === undefined
+    ? "ETA —"
+    : `ETA ${duration(p.eta_seconds)}${p.eta_confidence ? ` (${p.eta_confidence} confidence)` : ""}`);
+
+  // What moves with the clock alone: redrawn by the tick, and with every frame.
+  const drawAges = () => {
+    created.textContent = `${ageOf(job.created_at)} ago`;
+    runFor.textContent = runningFor();
+    if (TERMINAL.has(job.state)) eta.textContent = `finished ${ageOf(job.finished_at)} ago`;
+  };
+
+  const drawHeadline = () => {
+    const shown = headline(goals, job.latest_metrics);
+    headlineTerm.hidden = headlineValue.hidden = !shown;
+    if (!shown) return;
+    headlineTerm.textContent = `${TERMINAL.has(job.state) ? "final " : ""}${shown.name}`;
+    headlineValue.textContent = `${num(shown.value)} (${shown.goal === "max" ? "higher" : "lower"} is better)`;
+    headlineValue.dataset.metric = shown.name;
+    headlineValue.dataset.value = String(shown.value);
+  };
+
   const drawProgress = () => {
     const p = job.progress;
     setProgress(bar, p.step, p.total_steps);
     progressText.textContent = p.total_steps
       ? `step ${p.step} of ${p.total_steps} (${((p.step / p.total_steps) * 100).toFixed(0)}%)`
       : `step ${p.step}`;
-    eta.textContent = TERMINAL.has(job.state)
-      ? `finished ${ageOf(job.finished_at)} ago`
-      : `ETA ${p.eta_seconds === null || p.eta_seconds === undefined ? "—" : duration(p.eta_seconds)}`;
+    eta.textContent = etaText(p);
     const latest = job.latest_metrics.loss;
     loss.textContent = latest === undefined ? "" : `loss ${num(latest)}`;
-    runFor.textContent = runningFor();
+    drawAges();
+    drawHeadline();
   };
 
   const drawQueue = () => {
@@ -87,10 +117,11 @@ export function jobPage(ctx, jobId) {
     fill(head.querySelector("h1"), job.name || job.id, " ", jobState);
     fill(summary,
       [["id", job.id], ["recipe", job.recipe], ["project", job.project], ["attempt", String(job.attempt)],
-        ["precision", settingText(job.precision)], ["AllReduce dtype", settingText(job.allreduce_dtype)],
-        ["created", `${ageOf(job.created_at)} ago`]]
+        ["precision", settingText(job.precision)], ["AllReduce dtype", settingText(job.allreduce_dtype)]]
         .flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
+      h("dt", {}, "created"), created,
       h("dt", {}, "running for"), runFor,
+      headlineTerm, headlineValue,
       queueTerm, queueLine,
       job.failure_reason ? [h("dt", {}, "failure"), h("dd", { class: "failure" }, job.failure_reason)] : null);
     drawQueue();
@@ -161,6 +192,15 @@ export function jobPage(ctx, jobId) {
     }, 250);
   };
 
+  // The goals of the series (which is an objective, which way is better), for the headline:
+  // on load, and again when the state changes (the final evaluation brings new series).
+  const loadGoals = (history) => {
+    for (const series of history.series) goals.set(series.name, series.summary.goal);
+  };
+  const refreshGoals = () => api(`/v1/jobs/${jobId}/metrics?max_points=2`, { signal: ctx.signal })
+    .then((answer) => { loadGoals(answer); drawHeadline(); })
+    .catch((error) => ctx.showError(error, "reading the job's metrics"));
+
   // Single flight, and once more after it when asked meanwhile: the last answer is the newest.
   let refreshing = null;
   let again = false;
@@ -170,7 +210,7 @@ export function jobPage(ctx, jobId) {
       return;
     }
     refreshing = api(`/v1/jobs/${jobId}`, { signal: ctx.signal })
-      .then((fresh) => { job = fresh; drawSummary(); queueDraw(); })
+      .then((fresh) => { job = fresh; drawSummary(); queueDraw(); refreshGoals(); })
       .catch((error) => ctx.showError(error, "refreshing the job"))
       .finally(() => {
         refreshing = null;
@@ -201,6 +241,7 @@ export function jobPage(ctx, jobId) {
       job.progress.step = data.step;
       job.progress.total_steps = data.total_steps;
       job.progress.eta_seconds = data.eta_seconds ?? null;
+      job.progress.eta_confidence = data.eta_confidence ?? null;
       job.latest_metrics = data.latest_metrics || job.latest_metrics;
       if ("queue" in data) {
         job.queue = data.queue;
@@ -227,6 +268,7 @@ export function jobPage(ctx, jobId) {
         after = page.next_after; // null on the last page
       }
       history = await api(`/v1/jobs/${jobId}/metrics?max_points=${HISTORY_POINTS}`, { signal: ctx.signal });
+      loadGoals(history);
       for (const series of history.series) {
         store.add(series.points.map(({ step, value }) => ({ name: series.name, step, value })));
       }
@@ -239,12 +281,15 @@ export function jobPage(ctx, jobId) {
     fill(ctx.view,
       head,
       h("section", { class: "panel wide" }, summary, actions, progress),
-      h("div", { class: "grid" }, panels, h("section", { class: "panel" }, h("h2", {}, "Timeline"), timeline)),
+      h("div", { class: "grid" }, panels, h("section", { class: "panel" }, h("h2", {}, "Timeline"), timeline), spec.el),
       artifacts.el,
       logsPanel(ctx, jobId, job.gang_size, !TERMINAL.has(job.state)));
     drawSummary();
+    spec.draw(job.spec);
     drawMetrics(charts, store, job);
     artifacts.load();
+    const ticker = setInterval(() => { if (job) drawAges(); }, TICK_MS);
+    ctx.signal.addEventListener("abort", () => clearInterval(ticker));
     const lastEvent = Math.max(0, ...events.keys());
     follow(`/v1/jobs/${jobId}/events`, {
       signal: ctx.signal,

@@ -1,5 +1,7 @@
 // A job's metric series as they stream in, and the panels drawn from them: loss and
-// validation curves, the step-time breakdown, AMP health and AllReduce bytes saved.
+// validation curves (the loss on a log axis unless unticked), the step-time breakdown, AMP
+// health and AllReduce bytes saved. Each chart says which steps it shows: the curves the
+// whole run, the breakdown its latest logged steps.
 import { lineChart, stackedBars } from "../charts.js";
 import { bytes, fill, h, num } from "../dom.js";
 
@@ -53,6 +55,9 @@ export class MetricStore {
 export function metricPanels() {
   const el = {
     loss: h("div", { id: "chart-loss", class: "chart-box" }),
+    lossLog: h("input", { type: "checkbox", id: "loss-log", checked: true }),
+    lossWindow: h("p", { id: "chart-loss-window", class: "muted small chart-window" }),
+    stepTimeWindow: h("p", { id: "chart-step-time-window", class: "muted small chart-window" }),
     validation: h("div", { id: "chart-validation", class: "chart-box" }),
     stepTime: h("div", { id: "chart-step-time", class: "chart-box" }),
     ampStats: h("dl", { id: "amp-stats", class: "stats" }),
@@ -61,9 +66,11 @@ export function metricPanels() {
     allreduce: h("div", { id: "allreduce" }),
   };
   const panels = [
-    h("section", { class: "panel" }, h("h2", {}, "Loss"), el.loss),
+    h("section", { class: "panel" },
+      h("div", { class: "panel-head" }, h("h2", {}, "Loss"), h("label", { class: "small" }, el.lossLog, " log scale")),
+      el.loss, el.lossWindow),
     h("section", { class: "panel" }, h("h2", {}, "Validation"), el.validation),
-    h("section", { class: "panel" }, h("h2", {}, "Step time breakdown (s per logged step)"), el.stepTime),
+    h("section", { class: "panel" }, h("h2", {}, "Step time breakdown (s per logged step)"), el.stepTime, el.stepTimeWindow),
     h("section", { class: "panel", id: "amp-health" }, h("h2", {}, "AMP health"), el.ampStats, el.gradNorm, el.lossScale),
     h("section", { class: "panel" }, h("h2", {}, "AllReduce bytes vs fp32"), el.allreduce),
   ];
@@ -108,11 +115,30 @@ function drawAllreduce(box, store, job) {
   box.dataset.savedPercent = percent.toFixed(1);
 }
 
+/** "steps 10–1,800" of a chart's rows, or "" when it has none. */
+function stepSpan(points) {
+  return points.length ? `steps ${num(points[0][0])}–${num(points[points.length - 1][0])}` : "";
+}
+
+/**
+ * The metric that says how the job did, from the series' goals (the metrics summary's:
+ * null for what is no objective): a validation metric to maximise, else one to minimise,
+ * else the training loss. {name, value, goal}, or null when none has a value yet.
+ */
+export function headline(goals, latest) {
+  const rank = (name) => (name.startsWith("val_") ? 0 : 2) + (goals.get(name) === "max" ? 0 : 1);
+  const [name] = [...goals.keys()].filter((n) => goals.get(n) && latest[n] !== undefined)
+    .sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+  return name ? { name, value: latest[name], goal: goals.get(name) } : null;
+}
+
 export function drawMetrics(el, store, job) {
+  const losses = store.points("loss");
   lineChart(el.loss, [
-    { name: "loss", label: "train loss", points: store.points("loss") },
+    { name: "loss", label: "train loss", points: losses },
     { name: "val_loss", label: "validation loss", points: store.points("val_loss") },
-  ]);
+  ], { log: el.lossLog.checked });
+  el.lossWindow.textContent = losses.length ? `${stepSpan(losses)}: the whole run` : "";
   const validation = store.names().filter((n) => n.startsWith("val_") && n !== "val_loss").sort();
   lineChart(el.validation, validation.map((name) => ({ name, points: store.points(name) })), {
     emptyText: "no validation metrics yet (eval_every_steps)",
@@ -125,8 +151,13 @@ export function drawMetrics(el, store, job) {
       times.get(step)[phase.key] = value;
     }
   }
-  const rows = [...times].sort((a, b) => a[0] - b[0]).slice(-STEP_BARS).map(([x, values]) => ({ x, values }));
+  const logged = [...times].sort((a, b) => a[0] - b[0]);
+  const rows = logged.slice(-STEP_BARS).map(([x, values]) => ({ x, values }));
   stackedBars(el.stepTime, rows, STEP_PHASES, { yFormat: num });
+  el.stepTimeWindow.textContent = !rows.length ? ""
+    : rows.length < logged.length
+      ? `${stepSpan(rows.map((r) => [r.x]))}: the latest ${rows.length} of ${logged.length} logged steps`
+      : `${stepSpan(rows.map((r) => [r.x]))}: every logged step`;
 
   const scale = store.last("loss_scale");
   const skipped = store.last("skipped_steps");
