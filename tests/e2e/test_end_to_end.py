@@ -106,3 +106,15 @@ def test_logs_of_every_rank_are_kept_and_followable(fleet: Fleet) -> None:
         body = "".join(stream.iter_text())
     assert "event: logs" in body
     assert body.rstrip().endswith('data: {"state":"SUCCEEDED"}')
+
+
+def test_auto_allreduce_is_measured_and_the_choice_is_the_one_reported(fleet: Fleet) -> None:
+    """On loopback either choice may win; whichever the measurement took is what the job
+    reports it reduces in, with the figures in an event."""
+    job = fleet.submit(job_spec(stop={"max_steps": 10}, allreduce_dtype="auto"))
+    done = fleet.wait_for_state(job["id"], {"SUCCEEDED"})
+    [measured] = [e for e in fleet.events(job["id"]) if e["reason"] == "allreduce_auto"]
+    chose = measured["message"].rpartition("chose ")[2]
+    assert chose in {"bf16", "fp32"}
+    assert "fp32" in measured["message"]
+    assert done["allreduce_dtype"] == {"requested": "auto", "effective": chose}

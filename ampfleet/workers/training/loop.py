@@ -24,7 +24,12 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from ampfleet.workers.rundir import RecordWriter
 from ampfleet.workers.training import checkpoint
-from ampfleet.workers.training.allreduce import AllReduceState
+from ampfleet.workers.training.allreduce import (
+    DDP_BUCKET_ELEMENTS,
+    AllReduceState,
+    AutoChoice,
+    measure_auto,
+)
 from ampfleet.workers.training.flops import StepFlops, peak_flops
 from ampfleet.workers.training.parallel import (
     MB,
@@ -167,6 +172,7 @@ class Trainer:
             device=self.device,
         )
         self.ddp = self.parallel.module  # what runs forward and backward, DDP or FSDP
+        self._measure_auto_allreduce()
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=task.learning_rate, weight_decay=task.weight_decay
         )
@@ -426,6 +432,28 @@ class Trainer:
         self.time_done = share
         return bool(preempted), until is not None and share >= 1.0
 
+    def _measure_auto_allreduce(self) -> None:
+        """`allreduce_dtype: auto` under DDP across ranks: time an fp32 and a half-precision
+        reduction of one gradient bucket on the job's own process group and keep half
+        precision only where it pays: where the wire, not the CPU that casts and swaps, is
+        what a reduction waits on. Every rank takes the slowest rank's figures, so all
+        choose alike; the figures are an event. FSDP reduce-scatters in the policy's dtype."""
+        cfg = self.cfg
+        half = cfg.allreduce_dtype
+        self.auto_allreduce: AutoChoice | None = None
+        if (
+            cfg.requested_allreduce_dtype != "auto"
+            or half == "fp32"
+            or cfg.world_size < 2
+            or self.strategy.strategy != "ddp"
+        ):
+            return
+        parameters = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        choice = measure_auto(self.comm, half, min(parameters, DDP_BUCKET_ELEMENTS), self.device)
+        self.auto_allreduce = choice
+        self.comm.dtype = DTYPES[choice.dtype]
+        self._record("event", reason="allreduce_auto", message=choice.describe())
+
     def _planned(self) -> str:
         if self.total_steps is not None:
             return f"{self.total_steps} steps"
@@ -461,7 +489,9 @@ class Trainer:
 
     def _fall_back(self, fallback: PrecisionFallbackError) -> None:
         previous = self.precision
-        if self.cfg.requested_allreduce_dtype == "auto" and self.comm.switch_reason is None:
+        measured_fp32 = self.auto_allreduce is not None and self.auto_allreduce.dtype == "fp32"
+        auto = self.cfg.requested_allreduce_dtype == "auto" and not measured_fp32
+        if auto and self.comm.switch_reason is None:
             self.comm.dtype = DTYPES[
                 resolve_allreduce_dtype("auto", fallback.target, self.cfg.backend)
             ]
