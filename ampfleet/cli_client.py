@@ -1,9 +1,9 @@
-"""`ampfleet submit|status|list|logs|cancel|metrics|keys`: the API from a shell, through the
-SDK (`artifacts` and `download` live in cli_artifacts.py). Every command takes `--url` and
-`--key` (defaults: AMPFLEET_URL, else the address the server's AMPFLEET_API_HOST and
-AMPFLEET_API_PORT give; AMPFLEET_API_KEY, then the admin key file in AMPFLEET_DATA_DIR,
-`var/admin.key` by default). An error answer prints its message and
-offending fields, and exits 1."""
+"""`ampfleet submit|status|list|logs|cancel|delete|keys`: the API from a shell, through the
+SDK (`metrics` and `diagnose` live in cli_metrics.py, `artifacts` and `download` in
+cli_artifacts.py). Every command takes `--url` and `--key` (defaults: AMPFLEET_URL, else the
+address the server's AMPFLEET_API_HOST and AMPFLEET_API_PORT give; AMPFLEET_API_KEY, then
+the admin key file in AMPFLEET_DATA_DIR, `var/admin.key` by default). An error answer
+prints its message and offending fields, and exits 1."""
 
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from ampfleet import cli_plot
 from ampfleet.core.roles import Role
 from ampfleet.core.states import JobState
 from ampfleet.sdk import (
@@ -392,121 +391,12 @@ def delete(
     _stdout().print(f"deleted {job_id}")
 
 
-def _summary(series: list[MetricSeries]) -> None:
-    rows = [
-        (
-            one.name,
-            str(one.summary.count),
-            _number(one.summary.last, ".4g"),
-            f"{one.summary.min:.4g}",
-            f"{one.summary.max:.4g}",
-            _best(one),
-        )
-        for one in series
-    ]
-    _print_table(("METRIC", "POINTS", "LAST", "MIN", "MAX", "BEST"), rows, "no metrics")
-
-
 def _best(series: MetricSeries) -> str:
     """Only an objective has a best (core/metric_goals.py); the other series show '-'."""
     summary = series.summary
     if summary.best is None or summary.goal is None:
         return "-"
     return f"{summary.best:.4g} ({summary.goal}) at step {summary.best_step}"
-
-
-def _plot_target(value: str | None) -> str | None:
-    """`--plot`: '-', or a PNG whose folder exists (checked before anything is fetched)."""
-    if value is None or value == "-":
-        return value
-    folder = Path(value).parent
-    if not folder.is_dir():
-        raise typer.BadParameter(f"cannot write {value}: the folder {folder} does not exist")
-    if Path(value).is_dir():
-        raise typer.BadParameter(f"{value} is a folder; give the PNG file's name")
-    return value
-
-
-def metrics(
-    job_id: JobId,
-    names: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--names",
-            "-n",
-            help="Metric names, comma-separated or the option repeated [default: all; "
-            "a plot: loss and val_loss]",
-        ),
-    ] = None,
-    plot: Annotated[
-        str | None,
-        typer.Option(
-            help="Plot to FILE.png (matplotlib), or '-' in the terminal.", callback=_plot_target
-        ),
-    ] = None,
-    log: Annotated[
-        bool | None,
-        typer.Option(
-            "--log/--linear",
-            help="The plot's value axis [default: log for losses (series whose goal is "
-            "min), linear for the others]",
-            show_default=False,
-        ),
-    ] = None,
-    max_points: Annotated[int, typer.Option(min=2, help="Points per series, at most.")] = 1000,
-    url: Url = None,
-    key: Key = None,
-) -> None:
-    """A summary of each metric series; with --plot, their curves (one chart each)."""
-    wanted = ",".join(names) if names else (None if plot is None else "loss,val_loss")
-    with _client(url, key) as client:
-        series = client.metrics(job_id, names=wanted, max_points=max_points).series
-        console = _stdout()
-        if not series:
-            console.print(f"no metrics for {job_id}" + (f" named {wanted}" if wanted else ""))
-            raise typer.Exit(1 if plot else 0)
-        if plot is None:
-            _summary(series)
-        elif plot == "-":
-            for one in series:
-                typer.echo(cli_plot.text_chart(one, log=log))
-        else:
-            _save_png(series, Path(plot), job_id, log)
-            console.print(f"wrote {plot}")
-
-
-def diagnose(job_id: JobId, url: Url = None, key: Key = None) -> None:
-    """Why the job's accelerators idle: where its steps' time goes, and what to change."""
-    with _client(url, key) as client:
-        diagnosis = client.diagnosis(job_id)
-    console = _stdout()
-    breakdown = diagnosis.breakdown
-    if not breakdown.steps:
-        console.print(f"{job_id} has reported no steps yet: nothing to diagnose")
-        return
-    shares = ", ".join(f"{name} {share:.0%}" for name, share in breakdown.shares.items())
-    mfu = f", MFU {breakdown.mfu:.1%}" if breakdown.mfu is not None else ""
-    console.print(
-        f"last {breakdown.steps} steps to step {breakdown.to_step}: "
-        f"{_number(breakdown.step_time_s, '.3f')} s per step ({shares}){mfu}"
-    )
-    if not diagnosis.findings:
-        console.print("no findings: nothing keeps the devices waiting")
-    for finding in diagnosis.findings:
-        console.print(f"[{finding.severity}] {finding.title}", markup=False)
-        console.print(f"  {finding.evidence}", markup=False)
-        console.print(f"  -> {finding.advice}", markup=False)
-
-
-def _save_png(series: list[MetricSeries], path: Path, title: str, log: bool | None) -> None:
-    try:
-        cli_plot.png_chart(series, path, title, log=log)
-    except ImportError:
-        Console(stderr=True).print(
-            "[red]error:[/red] a PNG needs matplotlib: pip install 'ampfleet[plot]' "
-            "(or use --plot - for a chart in the terminal)"
-        )
-        raise typer.Exit(1) from None
 
 
 @keys_app.command("create")
@@ -575,12 +465,13 @@ def register(app: typer.Typer) -> None:
         (logs, "logs"),
         (cancel, "cancel"),
         (delete, "delete"),
-        (metrics, "metrics"),
-        (diagnose, "diagnose"),
     ):
         app.command(name, rich_help_panel=PANEL)(command)
+    from ampfleet import cli_metrics  # here, as the others below: they build on this module
+
+    cli_metrics.register(app)
     app.add_typer(keys_app, name="keys", rich_help_panel=PANEL)
-    from ampfleet import cli_artifacts  # here: it builds on this module's helpers
+    from ampfleet import cli_artifacts
 
     cli_artifacts.register(app)
     from ampfleet import cli_recipes
