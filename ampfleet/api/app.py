@@ -26,6 +26,7 @@ from ampfleet.api.middleware_request import RequestContextMiddleware
 from ampfleet.api.nodes.router import router as nodes_router
 from ampfleet.api.openapi import install_openapi, operation_id
 from ampfleet.api.options import OptionsMiddleware
+from ampfleet.api.profiles.router import router as profiles_router
 from ampfleet.api.projects.router import router as projects_router
 from ampfleet.api.queue.router import router as queue_router
 from ampfleet.api.recipes.router import router as recipes_router
@@ -72,6 +73,7 @@ def create_app() -> FastAPI:
     app.include_router(jobs_router)
     app.include_router(metrics_router)
     app.include_router(diagnosis_router)
+    app.include_router(profiles_router)
     app.include_router(logs_router)
     app.include_router(artifacts_router)
     app.include_router(bundles_router)

@@ -18,6 +18,8 @@ MODEL = "model.safetensors"
 MODEL_BF16 = "model-bf16.safetensors"
 MANIFEST = "manifest.json"
 OUTPUTS_PREFIX = "outputs/"
+PROFILES_PREFIX = "profiles/"
+PROFILE_SUMMARY = "summary.json"
 # What a user means by "the model": the weights and the manifest that says how they came to be.
 MODEL_BUNDLE = (MODEL, MANIFEST)
 
@@ -32,3 +34,12 @@ def checkpoint_name(step: int) -> str:
 
 def output_name(relative_path: str) -> str:
     return OUTPUTS_PREFIX + relative_path
+
+
+def profile_trace_name(profile_id: str, rank: int) -> str:
+    """One rank's Chrome/Perfetto trace of a profile."""
+    return f"{PROFILES_PREFIX}{profile_id}/rank-{rank}.trace.json"
+
+
+def profile_summary_name(profile_id: str) -> str:
+    return f"{PROFILES_PREFIX}{profile_id}/{PROFILE_SUMMARY}"

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from ampfleet.core import webhooks
+from ampfleet.core import profiles, webhooks
 from ampfleet.core.allocations import release_unclaimed
 from ampfleet.core.models import Job, JobEvent, utcnow
 from ampfleet.core.states import ACTIVE_STATES, ALLOWED_TRANSITIONS, SLOT_HOLDING_STATES, JobState
@@ -145,6 +145,8 @@ def transition(
         ],
         at=now,
     )
+    if row.state == JobState.RUNNING:
+        profiles.left_running(session, job_id, to)
     if to not in SLOT_HOLDING_STATES:
         # Only rows no node has claimed: a claimed row is released by its node once its
         # ranks have exited (core/allocations.py).

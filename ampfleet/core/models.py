@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -302,6 +303,40 @@ class Artifact(Base):
         default=dict, comment="lineage: precision, allreduce dtype, strategy, world size"
     )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Profile(Base):
+    """One request for a `torch.profiler` capture of a running job's steps, and what became
+    of it: requested -> capturing -> uploading -> done, or failed / cancelled. At most one
+    per job is requested or capturing at a time (the partial unique index)."""
+
+    __tablename__ = "profiles"
+    __table_args__ = (
+        Index("ix_profiles_job_id_created_at", "job_id", "created_at"),
+        Index(
+            "uq_profiles_one_open_per_job",
+            "job_id",
+            unique=True,
+            postgresql_where=text("state IN ('requested', 'capturing')"),
+            sqlite_where=text("state IN ('requested', 'capturing')"),
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer, comment="the attempt asked to capture")
+    state: Mapped[str] = mapped_column(String(16))
+    steps: Mapped[int] = mapped_column(Integer, comment="steps to capture")
+    ranks: Mapped[list[int] | None] = mapped_column(JSON, comment="null: every rank")
+    record_shapes: Mapped[bool] = mapped_column(Boolean, default=False)
+    reason: Mapped[str | None] = mapped_column(Text, comment="why it failed or was cancelled")
+    start_step: Mapped[int | None] = mapped_column(Integer, comment="the first step captured")
+    end_step: Mapped[int | None] = mapped_column(Integer, comment="the last step captured")
+    artifacts: Mapped[list[str]] = mapped_column(JSON, default=list, comment="names it lists")
+    summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column()
+    finished_at: Mapped[datetime | None] = mapped_column()
 
 
 class Bundle(Base):

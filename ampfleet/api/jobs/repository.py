@@ -18,6 +18,7 @@ from ampfleet.core.models import (
     Metric,
     Node,
     OutboxMessage,
+    Profile,
 )
 from ampfleet.core.states import JobState
 
@@ -86,7 +87,7 @@ def delete_job(session: Session, job: Job) -> list[str]:
     ON DELETE CASCADE: SQLite enforces those only with a per-connection pragma, and outbox
     rows name the job inside their JSON."""
     sha256s = set(session.scalars(select(Artifact.sha256).where(Artifact.job_id == job.id)))
-    for table in (JobEvent, Metric, LogLine, Allocation, Artifact):
+    for table in (JobEvent, Metric, LogLine, Allocation, Artifact, Profile):
         session.execute(delete(table).where(table.job_id == job.id))
     session.execute(
         delete(OutboxMessage).where(OutboxMessage.kwargs["job_id"].as_string() == job.id)
