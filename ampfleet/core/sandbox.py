@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import shutil
 import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -60,7 +61,9 @@ def sandboxed(
     args = [BWRAP, "--die-with-parent", *_namespaces(), "--cap-drop", "ALL"]
     private_tmp = "/tmp"  # noqa: S108 - an empty tmpfs of the sandbox's own
     args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", private_tmp]
-    args += ["--tmpfs", str(data_dir)]
+    for folder in _installation_under(Path(private_tmp)):
+        args += ["--ro-bind", str(folder), str(folder)]
+    args += ["--tmpfs", str(data_dir)]  # after those: a data dir inside them stays hidden
     for device in sorted(glob.glob("/dev/nvidia*")):  # CUDA needs its device nodes
         args += ["--dev-bind", device, device]
     for folder in readable:
@@ -68,3 +71,21 @@ def sandboxed(
     for folder in writable:
         args += ["--bind", str(folder), str(folder)]
     return [*args, "--chdir", str(writable[0]), "--", *command]
+
+
+def _installation_under(hidden: Path) -> list[Path]:
+    """The worker's interpreter, packages and (for an editable install) source tree, where
+    they lie under a folder the sandbox replaces with its own (a virtualenv in /tmp): bound
+    back read-only, or the ranks would start with no Python to run."""
+    import ampfleet  # the package's own location: site-packages, or a source checkout
+
+    candidates = {
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(sys.executable).resolve().parent.parent,
+        Path(ampfleet.__file__).resolve().parent.parent,
+        *(Path(p) for p in sys.path if p),
+    }
+    inside = sorted(p for p in candidates if p.is_dir() and p.resolve().is_relative_to(hidden))
+    # The outermost folders only: binding one binds what is under it.
+    return [p for p in inside if not any(p != q and p.is_relative_to(q) for q in inside)]
