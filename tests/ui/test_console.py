@@ -21,6 +21,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
+from tests.support.archives import zip_of
 from tests.support.factories import job_spec
 from tests.support.fleet import Fleet, running_fleet
 
@@ -543,3 +544,37 @@ def test_job_page_lists_artifacts_downloads_one_and_shows_the_manifest(
     fetched = next(r for r in requests if r.url.endswith(f"/{job_id}/artifacts/model.safetensors"))
     assert fetched.all_headers()["authorization"] == f"Bearer {fleet.admin_key}"
     assert not [r.url for r in requests if fleet.admin_key in r.url]
+
+
+def test_job_page_shows_the_code_bundle_and_the_inputs(fleet: Fleet, page: Page) -> None:
+    """A bundled job's page: entrypoint, bundle, sha256, requirements, the file list as the
+    nodes unpack it, and each input with the dataset version it resolved to (the spec is
+    shown whatever the job's state: this recipe is no RecipeDefinition, so it fails)."""
+    body = zip_of({"pkg/__init__.py": b"", "pkg/recipe.py": b"recipe = None\n"})
+    bundle = fleet.http.post("/v1/bundles", content=body).json()
+    dataset = fleet.http.post(
+        "/v1/datasets", params={"name": "pairs", "filename": "pairs.csv"}, content=b"x,y\n1,2\n"
+    ).json()
+    spec = job_spec(
+        name="ui-code",
+        code={"bundle": bundle["id"], "entrypoint": "pkg.recipe:recipe"},
+        inputs={"train": "pairs"},
+        resources={"procs_per_node": 1},
+    )
+    del spec["recipe"]
+    submitted = fleet.http.post("/v1/jobs", json=spec)
+    assert submitted.status_code == 202, submitted.text
+    job_id = submitted.json()["id"]
+    try:
+        log_in(page, fleet, f"#/jobs/{job_id}")
+        expect(page.locator("#code-entrypoint")).to_have_text("pkg.recipe:recipe")
+        expect(page.locator("#code-bundle")).to_have_text(bundle["id"])
+        expect(page.locator("#code-sha256")).to_have_text(bundle["sha256"])
+        expect(page.locator("#code-requirements")).to_have_text("none")
+        expect(page.locator("#code-files tr[data-path]")).to_have_count(2)
+        expect(page.locator("#code-files tr[data-path='pkg/recipe.py']")).to_be_visible()
+        train = page.locator("#code-inputs tr[data-input='train']")
+        expect(train).to_contain_text("pairs@1")
+        expect(train).to_contain_text(dataset["id"])
+    finally:
+        cancel_quietly(fleet, job_id)

@@ -11,6 +11,7 @@ import { TERMINAL, ageOf, clockTime, duration, fill, h, num, progressBar, setPro
 import { artifactsPanel } from "./jobartifacts.js";
 import { logsPanel } from "./joblogs.js";
 import { MetricStore, drawMetrics, headline, metricPanels } from "./jobmetrics.js";
+import { codePanel } from "./jobcode.js";
 import { specPanel } from "./jobspec.js";
 
 const EVENT_PAGE = 1000;
@@ -57,6 +58,7 @@ export function jobPage(ctx, jobId) {
   const headlineTerm = h("dt", { id: "job-headline-name" });
   const headlineValue = h("dd", { id: "job-headline", class: "headline" });
   const spec = specPanel();
+  const code = codePanel(ctx);
   const queueTerm = h("dt", {}, "queue");
   const queueLine = h("dd", { id: "job-queue" });
   const timeline = h("ol", { id: "timeline", class: "timeline" });
@@ -281,11 +283,12 @@ export function jobPage(ctx, jobId) {
     fill(ctx.view,
       head,
       h("section", { class: "panel wide" }, summary, actions, progress),
-      h("div", { class: "grid" }, panels, h("section", { class: "panel" }, h("h2", {}, "Timeline"), timeline), spec.el),
+      h("div", { class: "grid" }, panels, h("section", { class: "panel" }, h("h2", {}, "Timeline"), timeline), spec.el, code.el),
       artifacts.el,
       logsPanel(ctx, jobId, job.gang_size, !TERMINAL.has(job.state)));
     drawSummary();
     spec.draw(job.spec);
+    code.draw(job.spec);
     drawMetrics(charts, store, job);
     artifacts.load();
     const ticker = setInterval(() => { if (job) drawAges(); }, TICK_MS);
