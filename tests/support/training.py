@@ -57,11 +57,15 @@ def train_recipe(
     flush_s: float = 0.0,
     stop_requested: Callable[[], bool] | None = None,
     strategy: str = "ddp",
+    parallelism: dict[str, Any] | None = None,
     guard_every: int = 50,
     checkpoint_writer: Callable[[Path], Any] | None = None,
+    profiles: bool = False,
 ) -> dict[str, Any]:
     """One rank's run; rank 0's records land in out_dir/events.jsonl. `runtime_s` with
-    `max_steps=None`: a runtime-only job, training that long from here."""
+    `max_steps=None`: a runtime-only job, training that long from here. `parallelism`: the
+    spec's other options beside the strategy (activation checkpointing, compile).
+    `profiles`: out_dir is also the run folder profile requests arrive in."""
     torch.manual_seed(seed)
     definition = get_recipe(recipe)
     task = definition.build(
@@ -90,8 +94,9 @@ def train_recipe(
         keep_last_checkpoints=3,
         checkpoint_dir=Path(out_dir) / "checkpoints",
         guard_every_steps=guard_every,
-        parallel=ParallelConfig(strategy=strategy),
+        parallel=ParallelConfig(strategy=strategy, **(parallelism or {})),
         train_until=None if runtime_s is None else time.monotonic() + runtime_s,
+        run_dir=Path(out_dir) if profiles else None,
     )
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     writer = RecordWriter(Path(out_dir) / "events.jsonl", flush_s) if rank == 0 else None

@@ -62,7 +62,10 @@ class StepFlops:
         if micro != 0 or self.per_step is not None:
             yield
             return
-        with FlopCounterMode(display=False) as counter:
+        # Eager for the counted micro-step: a frame that torch.compile meets under a
+        # dispatch mode (the counter is one) is marked never to compile, and `compile:
+        # true` would silently run eager for the whole job.
+        with torch.compiler.set_stance("force_eager"), FlopCounterMode(display=False) as counter:
             yield
         self.per_step = int(counter.get_total_flops()) * self.grad_accum_steps
 

@@ -24,7 +24,6 @@ import contextlib
 import importlib.util
 import os
 import resource
-import shutil
 import sysconfig
 import time
 from collections.abc import Iterator, Sequence
@@ -115,14 +114,21 @@ def choose_strategy(
 
 def compile_unavailable(device: torch.device) -> str | None:
     """Why torch.compile cannot work on this node, or None: inductor builds C++ on the CPU
-    and Triton kernels on CUDA."""
+    and Triton kernels on CUDA. The compiler is looked for the way inductor will look for
+    it ($CXX, else g++), so a job refused here is one that would have crashed later."""
     if device.type == "cuda":
         if importlib.util.find_spec("triton") is None:
             return "compile: true needs Triton for CUDA kernels, which this node lacks"
         return None
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None and shutil.which("g++") is None:
-        return f"compile: true needs a C++ compiler ({compiler} or g++) on the node; it has none"
+    from torch._inductor import config as inductor_config
+    from torch._inductor.cpp_builder import get_cpp_compiler
+    from torch._inductor.exc import InvalidCxxCompiler
+
+    try:
+        get_cpp_compiler()
+    except InvalidCxxCompiler:
+        searched = " or ".join(c for c in inductor_config.cpp.cxx if c is not None)
+        return f"compile: true needs a C++ compiler ({searched}) on the node; it has none"
     if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
         return "compile: true needs the Python headers (Python.h) on the node; they are missing"
     return None
