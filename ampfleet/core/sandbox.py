@@ -56,15 +56,23 @@ def _namespaces() -> list[str]:
 
 
 def sandboxed(
-    command: list[str], *, data_dir: Path, writable: list[Path], readable: list[Path]
+    command: list[str],
+    *,
+    data_dir: Path,
+    writable: list[Path],
+    readable: list[Path],
+    devices: list[Path] | None = None,
 ) -> list[str]:
+    """`devices`: the GPU device nodes to bind (the attempt's own); None binds every
+    /dev/nvidia* (a caller that assigns no GPUs, such as pip's sandbox)."""
     args = [BWRAP, "--die-with-parent", *_namespaces(), "--cap-drop", "ALL"]
     private_tmp = "/tmp"  # noqa: S108 - an empty tmpfs of the sandbox's own
     args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", private_tmp]
     for folder in _installation_under(Path(private_tmp)):
         args += ["--ro-bind", str(folder), str(folder)]
     args += ["--tmpfs", str(data_dir)]  # after those: a data dir inside them stays hidden
-    for device in sorted(glob.glob("/dev/nvidia*")):  # CUDA needs its device nodes
+    shown = sorted(glob.glob("/dev/nvidia*")) if devices is None else map(str, devices)
+    for device in shown:  # CUDA needs its device nodes
         args += ["--dev-bind", device, device]
     for folder in readable:
         args += ["--ro-bind", str(folder), str(folder)]

@@ -50,7 +50,8 @@ class NodeAgent:
     def __init__(self, settings: Settings, capacity: Capacity | None = None) -> None:
         self.settings = settings
         self.capacity = capacity or detect_capacity(settings)
-        self.supervisor = Supervisor(settings, self.capacity.rank_memory_limit_mb)
+        gpus = self.capacity.slots if self.capacity.accelerator == "cuda" else 0
+        self.supervisor = Supervisor(settings, self.capacity.rank_memory_limit_mb, gpus)
         self.rendezvous = RendezvousWaiter(self.supervisor.launch, RENDEZVOUS_WAIT_S)
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name="heartbeat", daemon=True)

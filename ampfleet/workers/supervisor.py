@@ -31,6 +31,7 @@ from ampfleet.core.models import Job
 from ampfleet.core.sandbox import sandboxed
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
+from ampfleet.workers.gpus import GpuPool, device_nodes
 from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs, store_points
 from ampfleet.workers.launch import launch_command, rank_environment, torchrun_args
 from ampfleet.workers.limits import RankLimits, TaskGroup
@@ -71,6 +72,8 @@ class RunningAttempt:
     telemetry: RankTelemetry
     tasks: TaskGroup | None = None
     """Where it runs bundled code in the sandbox: the limits of its processes."""
+    gpus: tuple[int, ...] | None = None
+    """The indices of this node's GPUs its ranks see (CUDA_VISIBLE_DEVICES)."""
     started: float = field(default_factory=time.monotonic)
     last_news: float = field(default_factory=time.monotonic)
     """When rank 0 last reported anything: a hung rank stalls every rank's collectives."""
@@ -92,8 +95,12 @@ class RunningAttempt:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, rank_memory_limit_mb: int | None = None) -> None:
+    def __init__(
+        self, settings: Settings, rank_memory_limit_mb: int | None = None, gpus: int = 0
+    ) -> None:
+        """`gpus`: how many this node has; each attempt gets indices of its own."""
         self.settings = settings
+        self.gpus = GpuPool(gpus) if gpus else None
         self.rank_memory_limit_mb = rank_memory_limit_mb
         self._requests: queue.Queue[LaunchRequest] = queue.Queue()
         self._running: dict[tuple[str, int], RunningAttempt] = {}
@@ -190,6 +197,23 @@ class Supervisor:
             args, memory_limit_mb=self.rank_memory_limit_mb, python=request.python
         )
         contained = request.code_dir is not None and self.settings.sandbox == "bubblewrap"
+        gpus = self.gpus.take(request.procs_per_node) if self.gpus else None
+        try:
+            return self._start(request, command, launcher_log, contained, gpus)
+        except BaseException:
+            if gpus and self.gpus:
+                self.gpus.give_back(gpus)
+            raise
+
+    def _start(
+        self,
+        request: LaunchRequest,
+        command: list[str],
+        launcher_log: IO[bytes],
+        contained: bool,
+        gpus: tuple[int, ...] | None,
+    ) -> RunningAttempt:
+        run_dir = request.run_dir
         if contained and request.code_dir is not None:
             checkpoints = self.settings.checkpoints_dir / request.job_id
             checkpoints.mkdir(parents=True, exist_ok=True)
@@ -200,6 +224,7 @@ class Supervisor:
                 data_dir=self.settings.data_dir.resolve(),
                 writable=[run_dir.path, checkpoints],
                 readable=[Path(request.code_dir), *map(Path, request.input_paths), *extra],
+                devices=device_nodes(gpus),
             )
         group = self._task_group(request) if contained else None
         process = subprocess.Popen(
@@ -210,16 +235,19 @@ class Supervisor:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: cancel signals every rank
-            env=rank_environment(
-                os.environ,
-                procs_per_node=request.procs_per_node,
-                node_address=self.settings.node_address,
-            ),
+            env={
+                **rank_environment(
+                    os.environ,
+                    procs_per_node=request.procs_per_node,
+                    node_address=self.settings.node_address,
+                ),
+                **(_visible(gpus) if gpus else {}),
+            },
         )
         log.info("launched %s attempt %s (pid %s)", request.job_id, request.attempt, process.pid)
         telemetry = RankTelemetry(process.pid, self.settings.telemetry_interval_s, self.nvml)
         reader = RecordReader(run_dir.events_file)
-        return RunningAttempt(request, process, launcher_log, reader, telemetry, group)
+        return RunningAttempt(request, process, launcher_log, reader, telemetry, group, gpus)
 
     def _task_group(self, request: LaunchRequest) -> TaskGroup:
         limits = RankLimits(self.settings.sandbox_max_tasks, self.settings.sandbox_max_open_files)
@@ -254,7 +282,10 @@ class Supervisor:
         for attempt in exited:
             attempt.drained = True
         for key in ended_keys:
-            self._running.pop(key).launcher_log.close()
+            ended = self._running.pop(key)
+            ended.launcher_log.close()
+            if ended.gpus and self.gpus:
+                self.gpus.give_back(ended.gpus)
         if ended_keys:
             wake_scheduler()  # slots were freed
 
@@ -506,3 +537,9 @@ def _contain(tasks: TaskGroup) -> None:
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
+
+
+def _visible(gpus: tuple[int, ...]) -> dict[str, str]:
+    """The attempt's GPUs for CUDA, numbered as the driver's device nodes are (PCI order),
+    so the indices mean the same devices as the /dev/nvidia<N> the sandbox binds."""
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}

@@ -3,6 +3,7 @@ rest of the data dir stays hidden."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ampfleet.core.sandbox import bubblewrap_problem, sandboxed
+from ampfleet.workers.gpus import device_nodes
 
 pytestmark = [
     pytest.mark.gpu,
@@ -36,3 +38,22 @@ def test_a_sandboxed_rank_computes_on_the_gpu(tmp_path: Path) -> None:
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("1024.0")
+
+
+def test_an_attempt_sees_only_the_gpus_it_was_given(tmp_path: Path) -> None:
+    """GPU 0's device node and the driver's shared ones, CUDA_VISIBLE_DEVICES=0: one device."""
+    run_dir = tmp_path / "var" / "run"
+    run_dir.mkdir(parents=True)
+    command = sandboxed(
+        [sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+        data_dir=tmp_path / "var",
+        writable=[run_dir],
+        readable=[],
+        devices=device_nodes((0,)),
+    )
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, check=False, env=env
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "1"
