@@ -87,6 +87,8 @@ class PayloadTooLargeError(AmpfleetError):
 class ServiceUnavailableError(AmpfleetError):
     status_code = 503
     code = "service_unavailable"
+    # Every 503 says when to come back: an outage is the one answer that asks for a retry.
+    headers: Mapping[str, str] | None = {"Retry-After": "2"}
 
 
 def error_response(

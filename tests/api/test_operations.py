@@ -23,6 +23,7 @@ def test_readiness_names_an_unreachable_broker(backend: str) -> None:
 
         response = TestClient(create_app()).get("/readyz")
     assert response.status_code == 503
+    assert response.headers["Retry-After"] == "2"  # every 503 says when to come back
     body = response.json()["error"]
     assert body["code"] == "service_unavailable"
     assert body["details"][0]["field"] == "broker"
