@@ -14,6 +14,7 @@ import json
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select, update
@@ -280,31 +281,33 @@ class NodeAgent:
                 )
         if code and code.get("requirements"):
             try:
-                _, output = ensure_env(self.settings, code["requirements"])
+                ensure_env(self.settings, code["requirements"], self._setup_output(request))
             except RequirementsError as exc:
-                return self._fail_before_launch(request, "requirements_error", str(exc), exc.output)
+                return self._fail_before_launch(request, "requirements_error", str(exc))
             except Exception as exc:  # pip could not run at all (a timeout, a missing venv)
                 message = f"code.requirements did not install: {exc}"
                 return self._fail_before_launch(request, "requirements_error", message)
-            if output and request.node_rank == 0:  # shipped as rank 0's once it runs
-                request.run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
-                with request.run_dir.rank_log(0, "stdout").open("a") as log_file:
-                    log_file.writelines(f"[requirements] {line}\n" for line in output)
         try:
             ensure_inputs(self.settings, inputs)
         except Exception as exc:
             return self._fail_before_launch(request, "input_error", str(exc))
         return True
 
-    def _fail_before_launch(
-        self, request: LaunchRequest, reason: str, message: str, output: list[str] | None = None
-    ) -> bool:
-        """Fails the job with `message`; `output` (what a setup step printed) goes into its
-        logs, as rank 0's stdout, since no rank will ever write there."""
+    def _setup_output(self, request: LaunchRequest) -> Callable[[list[str]], None] | None:
+        """Where a setup step's output goes as it comes: the job's logs, as rank 0's stdout
+        (node 0's only: every node installs, one says how it went)."""
+        if request.node_rank != 0:
+            return None
+
+        def store(lines: list[str]) -> None:
+            with session_scope() as session:
+                store_setup_output(session, request.job_id, request.attempt, lines)
+
+        return store
+
+    def _fail_before_launch(self, request: LaunchRequest, reason: str, message: str) -> bool:
         log.warning("job %s: %s", request.job_id, message)
         with session_scope() as session:
-            if output and request.node_rank == 0:
-                store_setup_output(session, request.job_id, request.attempt, output)
             transition(
                 session,
                 request.job_id,

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from ampfleet.core import counters, webhooks
+from ampfleet.core import counters, profiles, webhooks
 from ampfleet.core.bulk import insert_rows
 from ampfleet.core.lifecycle import record_event, transition
 from ampfleet.core.models import Job, LogLine, Metric, utcnow
@@ -133,7 +133,16 @@ def apply_records(
             job.allreduce_dtype = record["allreduce_dtype"]
     if store_points(session, job, attempt, points.items(), settings):
         job.latest_metrics = latest
+    apply_profile_reports(session, job, [r for r in records if r.get("kind") == "profile"])
     session.flush()
+
+
+def apply_profile_reports(session: Session, job: Job, reports: list[dict[str, Any]]) -> None:
+    """A profile's capture began, ended or failed (core/profiles.py); its end is an event."""
+    for report in reports:
+        told = profiles.apply_report(session, report)
+        if told:
+            record_event(session, job, "profile", told)
 
 
 def store_points(
@@ -212,8 +221,8 @@ def ship_logs(
 
 
 def store_setup_output(session: Session, job_id: str, attempt: int, output: list[str]) -> None:
-    """What a setup step on the node printed (pip's output for code.requirements), as rank
-    0's stdout, where no rank will write because the attempt never launched."""
+    """What a setup step on the node prints before the ranks start (pip's output for
+    code.requirements), as it comes, stored as rank 0's stdout lines of the attempt."""
     job = session.get(Job, job_id)
     if job is not None:
         lines = [(0, "stdout", f"[requirements] {line}".encode()) for line in output]

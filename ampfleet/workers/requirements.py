@@ -24,7 +24,9 @@ import site
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from ampfleet.core.settings import Settings
 
 WORKER_LAYER = "_ampfleet_worker.pth"
 PIP_TIMEOUT_S = 1800
+OUTPUT_EVERY_S = 1.0
 SAFE_DEFAULT = ("--only-binary=:all:",)
 
 
@@ -68,12 +71,16 @@ def env_python(env: Path) -> Path:
     return env / "bin" / "python"
 
 
-def ensure_env(settings: Settings, requirements: Sequence[str]) -> tuple[Path, list[str]]:
-    """The environment for `requirements` on this node, and pip's output (none when it was
-    there already); raises RequirementsError with pip's output when it did not install."""
+def ensure_env(
+    settings: Settings,
+    requirements: Sequence[str],
+    on_output: Callable[[list[str]], None] | None = None,
+) -> Path:
+    """The environment for `requirements` on this node, built if not there yet (pip's
+    output to `on_output` as it comes); raises RequirementsError with pip's output."""
     target = env_dir(settings, requirements)
     if env_python(target).exists():
-        return target, []
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".incoming-") as incoming:
         partial = Path(incoming) / "env"
@@ -84,14 +91,14 @@ def ensure_env(settings: Settings, requirements: Sequence[str]) -> tuple[Path, l
             timeout=120,
         )
         _layer_over_worker(partial)
-        output = _pip_install(settings, partial, requirements, Path(incoming))
+        _pip_install(settings, partial, requirements, Path(incoming), on_output)
         try:
             partial.rename(target)
         except OSError:
             if not env_python(target).exists():  # not another job's build of the same set
                 raise
             shutil.rmtree(partial, ignore_errors=True)
-    return target, output
+    return target
 
 
 def _site_packages(env: Path) -> Path:
@@ -108,8 +115,14 @@ def _layer_over_worker(env: Path) -> None:
 
 
 def _pip_install(
-    settings: Settings, env: Path, requirements: Sequence[str], scratch: Path
+    settings: Settings,
+    env: Path,
+    requirements: Sequence[str],
+    scratch: Path,
+    on_output: Callable[[list[str]], None] | None,
 ) -> list[str]:
+    """pip's output is handed to `on_output` as it comes (a batch at most every second),
+    and returned whole."""
     constraints = scratch / "constraints.txt"
     try:
         constraints.write_text(f"torch=={version('torch')}\n")
@@ -140,16 +153,31 @@ def _pip_install(
             writable=[scratch],
             readable=_local_folders(pip_options(settings)),
         )
-    result = subprocess.run(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        timeout=PIP_TIMEOUT_S,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "PIP_NO_CACHE_DIR": "1", "HOME": str(scratch)},
-    )
-    output = result.stdout.decode(errors="replace").splitlines()
-    if result.returncode != 0:
+    environment = {"PATH": "/usr/bin:/bin", "PIP_NO_CACHE_DIR": "1", "HOME": str(scratch)}
+    output: list[str] = []
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment
+    ) as pip:
+        timer = threading.Timer(PIP_TIMEOUT_S, pip.kill)
+        timer.start()
+        try:
+            stdout = pip.stdout
+            if stdout is None:
+                raise RuntimeError("pip's output was not captured")
+            pending: list[str] = []
+            sent = time.monotonic()
+            for raw in stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                output.append(line)
+                pending.append(line)
+                if on_output is not None and time.monotonic() - sent >= OUTPUT_EVERY_S:
+                    on_output(pending)
+                    pending, sent = [], time.monotonic()
+            if on_output is not None and pending:
+                on_output(pending)
+        finally:
+            timer.cancel()
+    if pip.returncode != 0:
         said = [line for line in output if line.startswith("ERROR")] or output[-5:]
         raise RequirementsError(
             "code.requirements did not install: " + " ".join(said)[-1000:], output
