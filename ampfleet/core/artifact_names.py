@@ -19,6 +19,7 @@ MODEL_BF16 = "model-bf16.safetensors"
 MANIFEST = "manifest.json"
 OUTPUTS_PREFIX = "outputs/"
 PROFILES_PREFIX = "profiles/"
+PROFILE_KIND = "profile"  # the artifact kind of a profile's traces and summary
 PROFILE_SUMMARY = "summary.json"
 # What a user means by "the model": the weights and the manifest that says how they came to be.
 MODEL_BUNDLE = (MODEL, MANIFEST)

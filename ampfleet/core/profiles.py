@@ -1,10 +1,7 @@
-"""A profile's life, written once for every process that moves it: the API requests and
-cancels one, the node agent hands it to the ranks and stores what they report, the uploader
-lists its files, and a job that leaves RUNNING takes its open profile with it.
-
-    requested -> capturing -> uploading -> done
-        \\            \\            \\-> failed (a file could not be stored)
-         \\-> cancelled / failed (by request, or the job left RUNNING first)
+"""A profile's life (its states: core/profile_states.py), written once for every process that
+moves it: the API requests and cancels one, the node agent hands it to the ranks and stores
+what they report, the uploader lists its files, and a job that leaves RUNNING takes its open
+profile with it.
 
 Every change is a conditional UPDATE on the states it may leave, so a late report (the
 ranks finishing a capture that was cancelled meanwhile) changes nothing.
@@ -13,7 +10,6 @@ ranks finishing a capture that was cancelled meanwhile) changes nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import select, update
@@ -21,26 +17,9 @@ from sqlalchemy.orm import Session
 
 from ampfleet.core.artifact_names import PROFILES_PREFIX
 from ampfleet.core.models import Artifact, Profile, utcnow
+from ampfleet.core.profile_states import OPEN_STATES, ProfileState
 from ampfleet.core.states import JobState
 
-MAX_STEPS = 20
-"""Steps one profile may capture: a trace grows with every step, and the ranks pause to write
-it."""
-PROFILE_KIND = "profile"
-"""The artifact kind of a profile's traces and summary."""
-
-
-class ProfileState(StrEnum):
-    REQUESTED = "requested"
-    CAPTURING = "capturing"
-    UPLOADING = "uploading"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-OPEN_STATES = frozenset({ProfileState.REQUESTED, ProfileState.CAPTURING})
-"""The ranks have it or are about to: one at a time per job (a partial unique index)."""
 _OPEN = [s.value for s in OPEN_STATES]
 
 

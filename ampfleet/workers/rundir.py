@@ -8,6 +8,8 @@
         logs/               rank-<r>.stdout / rank-<r>.stderr, launcher.log (torchrun)
         outputs/            files the recipe writes (`output_dir`), listed as artifacts
         export/             rank 0's model export of a completed run (model + manifest)
+        profile-request.json  the job's open profile, kept by the agent (profile_request.py)
+        profiles/<id>/      a profile's files, each under its artifact name (rank traces, summary)
 
 Keeping the ranks off the database means a database hiccup never kills training, and one
 agent per node batches every job's metrics into few transactions.

@@ -35,6 +35,7 @@ from ampfleet.workers.gpus import GpuPool, device_nodes
 from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs, store_points
 from ampfleet.workers.launch import launch_command, rank_environment, torchrun_args
 from ampfleet.workers.limits import RankLimits, TaskGroup
+from ampfleet.workers.profile_handover import hand_over_profiles
 from ampfleet.workers.rundir import RecordReader, RunDir
 from ampfleet.workers.telemetry import Nvml, RankTelemetry
 from ampfleet.workers.training.entry import STACKS_SIGNAL
@@ -265,6 +266,9 @@ class Supervisor:
                 for attempt in self._running.values():
                     self._forward(session, attempt)
                 states = self._current_states(session)
+                hand_over_profiles(
+                    session, {a.key: a.request.run_dir for a in self._running.values()}
+                )
                 for attempt in self._running.values():
                     if attempt.process.poll() is None:
                         self._check_should_stop(attempt, states.get(attempt.request.job_id))

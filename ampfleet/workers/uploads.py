@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ampfleet.core import profiles
+from ampfleet.core.artifact_names import PROFILE_KIND
 from ampfleet.core.artifacts import ArtifactStore, catalog, get_store, object_key
 from ampfleet.core.db import get_read_sessionmaker, session_scope
 from ampfleet.core.lifecycle import record_event
@@ -167,6 +169,8 @@ class ArtifactUploader:
                     details=details,
                 )
                 dropped = [replaced] if replaced else []
+                if upload.kind == PROFILE_KIND:
+                    profiles.artifact_listed(session, upload.name)
                 if upload.kind == catalog.CHECKPOINT:
                     keep = int(job.resolved["checkpoint"]["keep_last"])
                     dropped += catalog.prune_checkpoints(session, job.id, keep)
@@ -186,6 +190,8 @@ class ArtifactUploader:
                         "artifact_upload_failed",
                         f"{upload.name} could not be stored: {type(exc).__name__}: {exc}"[:2000],
                     )
+                if upload.kind == PROFILE_KIND:
+                    profiles.upload_failed(session, upload.name, f"{type(exc).__name__}: {exc}")
         except Exception:
             log.exception("could not record the failed upload of %s", upload.name)
 

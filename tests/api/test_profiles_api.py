@@ -11,10 +11,12 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from ampfleet.core import profiles
+from ampfleet.core.artifact_names import PROFILE_KIND
 from ampfleet.core.db import session_scope
 from ampfleet.core.ids import new_id
 from ampfleet.core.lifecycle import transition
 from ampfleet.core.models import Artifact
+from ampfleet.core.profile_states import MAX_STEPS
 from ampfleet.core.states import JobState
 from tests.conftest import KeyFactory
 from tests.support.factories import insert_job
@@ -64,7 +66,7 @@ def test_a_running_job_gets_one_profile_at_a_time(client: TestClient) -> None:
     ("body", "field"),
     [
         ({"steps": 0}, "steps"),
-        ({"steps": profiles.MAX_STEPS + 1}, "steps"),
+        ({"steps": MAX_STEPS + 1}, "steps"),
         ({"steps": "many"}, "steps"),
         ({"ranks": []}, "ranks"),
         ({"ranks": [-1]}, "ranks.0"),
@@ -133,7 +135,7 @@ def _list(job_id: str, name: str) -> None:
                 id=new_id("art"),
                 job_id=job_id,
                 project="default",
-                kind=profiles.PROFILE_KIND,
+                kind=PROFILE_KIND,
                 name=name,
                 step=None,
                 attempt=0,

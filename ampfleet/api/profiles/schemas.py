@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ampfleet.api.bounds import MAX_INT
-from ampfleet.core.profiles import MAX_STEPS, ProfileState
+from ampfleet.core.profile_states import MAX_STEPS, ProfileState
 
 MAX_LISTED_RANKS = 4096
 

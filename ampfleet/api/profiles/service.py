@@ -15,7 +15,7 @@ from ampfleet.api.profiles.schemas import ProfileArtifact, ProfileList, ProfileO
 from ampfleet.core import profiles
 from ampfleet.core.ids import new_id
 from ampfleet.core.models import Job, Profile
-from ampfleet.core.profiles import ProfileState
+from ampfleet.core.profile_states import ProfileState
 from ampfleet.core.states import JobState
 
 

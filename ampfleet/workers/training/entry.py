@@ -151,6 +151,7 @@ def run(
         parallel=ParallelConfig.from_spec(spec.parallelism),
         ranks_on_node=ranks_on_node,
         train_until=train_until(spec.stop, started),
+        run_dir=run_dir.path,
     )
     writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
     try:

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ampfleet.workers.rundir import RecordWriter
+from ampfleet.workers.rundir import RecordWriter, RunDir
 from ampfleet.workers.training import checkpoint
 from ampfleet.workers.training.allreduce import (
     DDP_BUCKET_ELEMENTS,
@@ -45,12 +45,13 @@ from ampfleet.workers.training.precision import (
     next_precision,
     resolve_allreduce_dtype,
 )
+from ampfleet.workers.training.profiling import StepProfiler
 from ampfleet.workers.training.reporting import StepOutcome, StepReporter
 from ampfleet.workers.training.task import Batch, TrainingTask
 from ampfleet.workers.training.timing import StepTimer
 
-# Ranks agree on stopping (preemption) every this many steps: a tiny collective, but on a
-# GPU it is also a host-device sync, so not every step.
+# Ranks agree on stopping (preemption), and on starting a requested profile, every this many
+# steps: a tiny collective, but on a GPU it is also a host-device sync, so not every step.
 STOP_CHECK_EVERY = 10
 # Consecutive steps with non-finite gradients before we act. fp16 gets more room: its
 # loss scaler is expected to overflow a few times while it finds its level.
@@ -113,6 +114,9 @@ class LoopConfig:
     train_until: float | None = None
     """A runtime-only job: the `time.monotonic()` after which the ranks agree to stop (at
     the next stop check) and finish the run; its learning rate decays over that time."""
+    run_dir: Path | None = None
+    """The attempt's run folder: profile requests arrive there and their traces are written
+    there (profiling.py). None: no profiles."""
 
 
 def lr_at(step: int, *, base: float, warmup: int, progress: float) -> float:
@@ -220,6 +224,13 @@ class Trainer:
         self.preempted = False
         self.allreduce_switch_reported = False
         self.batches: Iterator[Batch] = iter(())
+        self.profiler = StepProfiler(
+            RunDir(cfg.run_dir) if cfg.run_dir is not None else None,
+            rank=cfg.rank,
+            device=self.device,
+            record=self._record,
+            setup=self._setup,
+        )
         self.reporter = StepReporter(
             rank=cfg.rank,
             world_size=cfg.world_size,
@@ -289,6 +300,7 @@ class Trainer:
             preempted, time_up = self._stop_agreed()
             if preempted:
                 # Preempted: leave a checkpoint at this exact step and exit cleanly.
+                self.profiler.finish()
                 self._save_unless_saved()
                 self.checkpoints.wait()
                 self.preempted = True
@@ -302,6 +314,7 @@ class Trainer:
                     "evaluating, checkpointing and exporting",
                 )
                 break
+        self.profiler.finish()  # one still capturing as the run ends keeps what it has
         final = self.evaluate()
         self._record("metrics", step=self.step, values=final)
         self._save_unless_saved()
@@ -309,14 +322,21 @@ class Trainer:
 
     def step_once(self) -> dict[str, float]:
         """One optimizer step, reported when it is a step to report: its metrics, else {}."""
-        outcome = self.train_step()
-        return self.reporter.report(outcome) if outcome.reporting else {}
+        with self.profiler.stepping(self.step + 1):
+            outcome = self.train_step()
+        metrics = self.reporter.report(outcome) if outcome.reporting else {}
+        self.profiler.after_step(outcome)
+        return metrics
 
     def train_step(self) -> StepOutcome:
         """One optimizer step, and what it did; nothing is reported here."""
         cfg, task = self.cfg, self.task
         reporting = (self.step + 1) % cfg.log_every_steps == 0 or self.step + 1 == self.total_steps
-        timer = StepTimer(self.device, enabled=reporting)
+        timer = StepTimer(
+            self.device,
+            enabled=reporting or self.profiler.capturing,
+            annotate=self.profiler.tracing,
+        )
         started = time.perf_counter()
         lr = self._begin_step()
 
@@ -419,17 +439,18 @@ class Trainer:
     def _stop_agreed(self) -> tuple[bool, bool]:
         """(preempted, time up). Ranks get the stop signal, and read their clocks, at
         slightly different moments; they must all stop after the same step, and step with
-        the same learning rate, so the flags and a runtime-only job's share of its time go
-        through one MAX all_reduce."""
+        the same learning rate, so the flags, a runtime-only job's share of its time and
+        rank 0's word on a profile request go through one MAX all_reduce."""
         until = self.cfg.train_until
         share = 0.0
         if until is not None:
             share = (time.monotonic() - self.started) / max(until - self.started, 1e-9)
-        values = [1.0 if self.stop_requested() else 0.0, share]
+        values = [1.0 if self.stop_requested() else 0.0, share, self.profiler.signal()]
         agreed = torch.tensor(values, device=self.device)
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
-        preempted, share = agreed.tolist()
+        preempted, share, profile = agreed.tolist()
         self.time_done = share
+        self.profiler.agreed(profile, self.step)
         return bool(preempted), until is not None and share >= 1.0
 
     def _measure_auto_allreduce(self) -> None:

@@ -7,14 +7,20 @@ import time
 from collections.abc import Iterator
 
 import torch
+from torch.profiler import record_function
+
+from ampfleet.workers.training.profile_summary import OWN_ANNOTATION
 
 
 class StepTimer:
     """Accumulates wall time per phase. On CUDA, work is asynchronous: the device is
-    synchronised at phase boundaries, so only steps that are reported are timed there."""
+    synchronised at phase boundaries, so only steps that are reported (or profiled) are timed
+    there."""
 
-    def __init__(self, device: torch.device, enabled: bool) -> None:
+    def __init__(self, device: torch.device, enabled: bool, annotate: bool = False) -> None:
         self.enabled = enabled
+        self.annotate = annotate
+        """Each phase is also a range in a running torch.profiler's trace."""
         self._cuda = device.type == "cuda" and enabled
         self.seconds: dict[str, float] = {}
 
@@ -27,10 +33,11 @@ class StepTimer:
         if not self.enabled:
             yield
             return
-        self._sync()
-        started = time.perf_counter()
-        yield
-        self._sync()
+        with record_function(OWN_ANNOTATION + name) if self.annotate else contextlib.nullcontext():
+            self._sync()
+            started = time.perf_counter()
+            yield
+            self._sync()
         self.add(name, time.perf_counter() - started)
 
     def add(self, name: str, seconds: float) -> None:

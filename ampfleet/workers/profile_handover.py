@@ -1,0 +1,45 @@
+"""The node agent's side of profiles on demand: each pass, every running attempt's run folder
+gets its job's open profile as `profile-request.json` (written when one opens, removed when
+it closes: uploading, done, failed or cancelled), and rank 0 takes it from there
+(profile_request.py). What the ranks report back comes in through their records (ingest.py)
+and their files through the uploader, like any artifact."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+
+from sqlalchemy.orm import Session
+
+from ampfleet.core import profiles
+from ampfleet.workers.profile_request import ProfileRequest, request_file
+from ampfleet.workers.rundir import RunDir
+
+
+def hand_over_profiles(session: Session, attempts: Mapping[tuple[str, int], RunDir]) -> None:
+    """`attempts`: the (job id, attempt) of each attempt whose ranks run here, and its folder."""
+    wanted = profiles.requests_for(session, attempts.keys())
+    for (job_id, _), run_dir in attempts.items():
+        row = wanted.get(job_id)
+        request = None
+        if row is not None:
+            ranks = None if row.ranks is None else tuple(row.ranks)
+            request = ProfileRequest(row.id, row.steps, ranks, row.record_shapes)
+        hand_over(run_dir, request)
+
+
+def hand_over(run_dir: RunDir, request: ProfileRequest | None) -> None:
+    """The file holds `request`, or is gone when there is none. Written under a temporary
+    name and renamed, so a rank never reads half of it; left alone when it says so already."""
+    path = request_file(run_dir)
+    if request is None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        return
+    text = request.to_json()
+    with contextlib.suppress(OSError):
+        if path.read_text() == text:
+            return
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
