@@ -6,6 +6,8 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+import pytest
+
 from tests.support.localranks import run_ranks
 from tests.support.training import train_recipe
 
@@ -48,6 +50,7 @@ def test_digits_accuracy_within_one_point_of_fp32(tmp_path: Path) -> None:
         assert gap <= 0.01, (precision, runs[precision]["val_accuracy"], runs["fp32"])
 
 
+@pytest.mark.slow  # three minutes on two cores; digits' test covers the same path in make test
 def test_charlm_loss_within_two_percent_of_fp32(tmp_path: Path) -> None:
     runs = {
         p: _final(tmp_path, p, recipe="charlm", max_steps=150, hyperparameters=SMALL_CHARLM)
