@@ -36,6 +36,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+# The custom-collective interfaces `set_custom_all_gather` takes: torch 2.13 defines them in
+# private modules only.
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllocMixin
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
@@ -287,16 +290,10 @@ class ParallelModel:
 
     def set_dtypes(self, precision: str, reduce_dtype: torch.dtype) -> None:
         """After a precision fallback or the guard's switch to fp32: the FSDP units gather
-        and reduce in the new dtypes from the next step on. FSDP2 fixes its policy at
-        `fully_shard`; between steps (parameters resharded, nothing in flight) its units'
-        policy can be replaced and their dtypes derived again, which is what this does."""
+        and reduce in the new dtypes from the next step on."""
         policy = _policy(precision, reduce_dtype)
         for unit in self.units:
-            state = unit._get_fsdp_state()
-            state._mp_policy = policy
-            for group in state._fsdp_param_groups:
-                group.mp_policy = policy
-                group._init_mp_dtypes()
+            replace_mixed_precision(unit, policy)
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The whole model's state dict on rank 0's CPU (every rank must call it: FSDP
@@ -337,6 +334,40 @@ class ParallelModel:
             "reduction_dtype": self.comm.dtype_name,
             "optimizer_state_dtype": "fp32",
         }
+
+
+def replace_mixed_precision(unit: FSDPModule, policy: MixedPrecisionPolicy) -> None:
+    """Gives one FSDP unit another mixed-precision policy, between steps (parameters
+    resharded, nothing in flight).
+
+    FSDP2 fixes the policy at `fully_shard` and torch (2.13) has no public way to change it
+    (its `set_*` methods cover resharding, gradient sync and custom collectives, not
+    dtypes), so this is the one place that reaches into its private state: the state's
+    policy (input casts); each parameter group's policy and the dtypes it derives from it;
+    and each parameter's all-gather buffers and unsharded parameter, which its first
+    all-gather made in the old dtype and reuses (so FSDP makes them again, in the new one).
+    test_fsdp_precision_switch.py fails if a torch upgrade moves any of these."""
+    state = unit._get_fsdp_state()
+    groups = getattr(state, "_fsdp_param_groups", None)
+    # Assigning to a renamed attribute would not fail, it would change nothing: look first.
+    if (
+        not hasattr(state, "_mp_policy")
+        or groups is None
+        or not all(hasattr(g, "mp_policy") and hasattr(g, "_init_mp_dtypes") for g in groups)
+        or not all(hasattr(p, "all_gather_outputs") for g in groups for p in g.fsdp_params)
+    ):
+        raise RuntimeError(
+            f"torch {torch.__version__} changed FSDP2's internals: its mixed-precision "
+            "policy cannot be replaced after fully_shard (see replace_mixed_precision)"
+        )
+    state._mp_policy = policy
+    for group in groups:
+        group.mp_policy = policy
+        group._init_mp_dtypes()
+        for param in group.fsdp_params:
+            param.all_gather_outputs = []
+            if hasattr(param, "_unsharded_param"):
+                del param._unsharded_param
 
 
 def _policy(precision: str, reduce_dtype: torch.dtype) -> MixedPrecisionPolicy:
