@@ -71,7 +71,11 @@ def test_another_projects_objects_do_not_exist(app, make_key) -> None:
         "step": "1",
         "webhook_id": hook["id"],
     }
-    bodies = {"/v1/jobs/{job_id}": {"priority": "high"}, "/v1/projects/{name}": {"weight": 2.0}}
+    bodies = {
+        "/v1/jobs/{job_id}": {"priority": "high"},
+        "/v1/jobs/{job_id}/profile": {"steps": 2},
+        "/v1/projects/{name}": {"weight": 2.0},
+    }
     for method, path in operations(other):
         if "{" not in path:
             continue
