@@ -5,10 +5,13 @@ after an interruption and it continues from the `.part` file it left."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -21,6 +24,7 @@ from rich.progress import (
 )
 
 from ampfleet.cli_client import JobId, Key, Url, _client, _print_table, _stdout, _when
+from ampfleet.sdk.downloads import ProgressCallback
 
 PANEL = "Use the API"
 
@@ -57,6 +61,19 @@ def download(
 ) -> None:
     """Download the model (model.safetensors + manifest.json), any artifact (--name) or a
     checkpoint (--checkpoint STEP); verified by sha256, resumed if run again."""
+    console = _stdout()
+    with _client(url, key) as client, progress_bars(console) as show:
+        if checkpoint is not None:
+            paths = [client.download_checkpoint(job_id, checkpoint, to=to, progress=show)]
+        else:
+            paths = client.download(job_id, name, to=to, progress=show)
+    for path in paths:
+        console.print(f"saved {escape(str(path))}")
+
+
+@contextmanager
+def progress_bars(console: Console) -> Iterator[ProgressCallback]:
+    """A download's progress callback that shows a bar per file (bytes, rate, ETA)."""
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -64,8 +81,7 @@ def download(
         TransferSpeedColumn(),
         TimeRemainingColumn(),
     )
-    console = _stdout()
-    with _client(url, key) as client, Progress(*columns, console=console) as progress:
+    with Progress(*columns, console=console) as progress:
         bars: dict[str, TaskID] = {}
 
         def show(file: str, done: int, total: int) -> None:
@@ -73,12 +89,7 @@ def download(
                 bars[file] = progress.add_task(escape(file), total=total, completed=0)
             progress.update(bars[file], completed=done)
 
-        if checkpoint is not None:
-            paths = [client.download_checkpoint(job_id, checkpoint, to=to, progress=show)]
-        else:
-            paths = client.download(job_id, name, to=to, progress=show)
-    for path in paths:
-        console.print(f"saved {escape(str(path))}")
+        yield show
 
 
 def register(app: typer.Typer) -> None:

@@ -474,6 +474,9 @@ def register(app: typer.Typer) -> None:
     from ampfleet import cli_artifacts
 
     cli_artifacts.register(app)
+    from ampfleet import cli_profile
+
+    cli_profile.register(app)
     from ampfleet import cli_recipes
 
     cli_recipes.register(app)

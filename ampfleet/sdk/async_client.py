@@ -24,7 +24,7 @@ import httpx
 
 from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
-from ampfleet.sdk import downloads, models, recipes
+from ampfleet.sdk import downloads, models, profiles, recipes
 from ampfleet.sdk.base import ClientBase
 from ampfleet.sdk.flows import CodeSource, InputSource, SpecInput, States
 from ampfleet.sdk.protocol import (
@@ -261,6 +261,58 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     ) -> Path:
         return await self._run(
             downloads.download_checkpoint(self._ops, job_id, step, Path(to), progress)
+        )
+
+    async def profile(
+        self,
+        job_id: str,
+        steps: int = 5,
+        ranks: Iterable[int] | None = None,
+        record_shapes: bool = False,
+    ) -> models.Profile:
+        return await self._run(
+            profiles.request_profile(self._ops, job_id, steps, ranks, record_shapes)
+        )
+
+    async def get_profile(self, job_id: str, profile_id: str | None = None) -> models.Profile:
+        return await self._run(profiles.get_profile(self._ops, job_id, profile_id))
+
+    async def profiles(self, job_id: str, limit: int = 20) -> list[models.Profile]:
+        return await self._run(profiles.list_profiles(self._ops, job_id, limit))
+
+    async def cancel_profile(self, job_id: str) -> models.Profile:
+        return await self._run(profiles.cancel_profile(self._ops, job_id))
+
+    async def wait_profile(
+        self,
+        job_id: str,
+        profile_id: str,
+        timeout: float | None = None,
+        poll: float = 0.5,
+        max_poll: float = 5.0,
+        on_poll: Callable[[models.Profile], None] | None = None,
+    ) -> models.Profile:
+        return await self._run(
+            profiles.wait_profile(
+                self._ops,
+                job_id,
+                profile_id,
+                timeout=timeout,
+                poll=poll,
+                max_poll=max_poll,
+                on_poll=on_poll,
+            )
+        )
+
+    async def download_profile(
+        self,
+        job_id: str,
+        profile_id: str,
+        to: str | Path = ".",
+        progress: downloads.ProgressCallback | None = None,
+    ) -> list[Path]:
+        return await self._run(
+            profiles.download_profile(self._ops, job_id, profile_id, Path(to), progress)
         )
 
     async def recipes(self) -> list[models.Recipe]:

@@ -23,7 +23,7 @@ import httpx
 
 from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
-from ampfleet.sdk import downloads, models, recipes
+from ampfleet.sdk import downloads, models, profiles, recipes
 from ampfleet.sdk.base import ClientBase
 from ampfleet.sdk.flows import CodeSource, InputSource, SpecInput, States
 from ampfleet.sdk.protocol import (
@@ -279,6 +279,68 @@ class Client(ClientBase[httpx.Client]):
     ) -> Path:
         """Downloads the checkpoint at `step` as `to/checkpoint-<step>.tar`, like `download`."""
         return self._run(downloads.download_checkpoint(self._ops, job_id, step, Path(to), progress))
+
+    # -- profiles on demand -------------------------------------------------------------------
+
+    def profile(
+        self,
+        job_id: str,
+        steps: int = 5,
+        ranks: Iterable[int] | None = None,
+        record_shapes: bool = False,
+    ) -> models.Profile:
+        """Asks a RUNNING job's ranks (`ranks`, default all) to capture their next `steps`
+        steps with torch.profiler; returns the profile as requested (Conflict while another
+        is in progress). `wait_profile`, then `download_profile`, for the traces."""
+        return self._run(profiles.request_profile(self._ops, job_id, steps, ranks, record_shapes))
+
+    def get_profile(self, job_id: str, profile_id: str | None = None) -> models.Profile:
+        """One profile of the job; without `profile_id`, its latest."""
+        return self._run(profiles.get_profile(self._ops, job_id, profile_id))
+
+    def profiles(self, job_id: str, limit: int = 20) -> list[models.Profile]:
+        """The job's profiles, newest first."""
+        return self._run(profiles.list_profiles(self._ops, job_id, limit))
+
+    def cancel_profile(self, job_id: str) -> models.Profile:
+        """Cancels the job's profile that is requested or capturing: nothing is stored."""
+        return self._run(profiles.cancel_profile(self._ops, job_id))
+
+    def wait_profile(
+        self,
+        job_id: str,
+        profile_id: str,
+        timeout: float | None = None,
+        poll: float = 0.5,
+        max_poll: float = 5.0,
+        on_poll: Callable[[models.Profile], None] | None = None,
+    ) -> models.Profile:
+        """Polls until the profile is done, failed or cancelled, and returns it (`on_poll`
+        sees every answer); raises ProfileTimeout after `timeout` seconds."""
+        return self._run(
+            profiles.wait_profile(
+                self._ops,
+                job_id,
+                profile_id,
+                timeout=timeout,
+                poll=poll,
+                max_poll=max_poll,
+                on_poll=on_poll,
+            )
+        )
+
+    def download_profile(
+        self,
+        job_id: str,
+        profile_id: str,
+        to: str | Path = ".",
+        progress: downloads.ProgressCallback | None = None,
+    ) -> list[Path]:
+        """A done profile's traces and summary.json into `to/profiles/<id>/`, like
+        `download` (resumable, sha256 verified)."""
+        return self._run(
+            profiles.download_profile(self._ops, job_id, profile_id, Path(to), progress)
+        )
 
     # -- what the fleet offers ----------------------------------------------------------------
 

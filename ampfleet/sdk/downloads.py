@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import quote
 
@@ -64,6 +64,17 @@ def download(
     """The artifact `name` (or, for "model", the weights and the manifest) into folder `to`,
     each at `to/<name>`; returns the paths."""
     wanted = MODEL_BUNDLE if name == MODEL else (name,)
+    return (yield from download_names(ops, job_id, wanted, to, progress))
+
+
+def download_names(
+    ops: Operations,
+    job_id: str,
+    wanted: Sequence[str],
+    to: Path,
+    progress: ProgressCallback | None,
+) -> Flow[list[Path]]:
+    """The artifacts named `wanted` into folder `to`, each at `to/<name>`; returns the paths."""
     for each in wanted:
         if not is_valid_name(each):
             raise ValidationFailed(422, "validation_error", f"not an artifact name: {each!r}")

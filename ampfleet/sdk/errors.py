@@ -8,6 +8,7 @@ ClientError
 ├── ConnectionFailed      the server could not be reached, or the connection broke
 │   └── StreamDisconnected (last_event_id: resume from there)
 ├── WaitTimeout           `wait` ran out of time (the job as last seen)
+├── ProfileTimeout        `wait_profile` ran out of time (the profile as last seen)
 └── DownloadCorrupted     the bytes downloaded are not the ones listed (nothing kept)
 """
 
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 if TYPE_CHECKING:
-    from ampfleet.sdk.models import Job
+    from ampfleet.sdk.models import Job, Profile
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,16 @@ class WaitTimeout(ClientError, TimeoutError):
             f"(step {progress.step}{total})"
         )
         self.job = job
+        self.timeout = timeout
+
+
+class ProfileTimeout(ClientError, TimeoutError):
+    """`wait_profile` gave up before the profile was done, failed or cancelled; `profile` is
+    how it was last seen."""
+
+    def __init__(self, profile: Profile, timeout: float) -> None:
+        super().__init__(f"profile {profile.id} is still {profile.state} after {timeout:g}s")
+        self.profile = profile
         self.timeout = timeout
 
 

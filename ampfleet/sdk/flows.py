@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -50,6 +50,7 @@ CodeSource = str | os.PathLike[str]
 """A folder to pack, an archive file, or the id of a bundle uploaded before."""
 InputSource = str | os.PathLike[str]
 """A folder or file to upload as a dataset, or `name@version` / `file:///...` as it is."""
+T = TypeVar("T")
 PLACEHOLDER_BUNDLE = "bnd_" + "0" * 26
 States = JobState | str | Iterable[JobState | str] | None
 EVENTS_PAGE = 1000
@@ -102,6 +103,33 @@ def _states(state: States) -> list[str]:
 
 def _job(job_id: str, suffix: str = "") -> str:
     return f"/v1/jobs/{quote(job_id, safe='')}{suffix}"
+
+
+def poll_until(
+    read: Callable[[], Flow[T]],
+    over: Callable[[T], bool],
+    timed_out: Callable[[T, float], Exception],
+    *,
+    timeout: float | None,
+    poll: float,
+    max_poll: float,
+    on_poll: Callable[[T], None] | None = None,
+) -> Flow[T]:
+    """Reads until `over` says so, the pause growing 1.5x from `poll` to `max_poll`; past
+    `timeout` seconds raises `timed_out(last read, timeout)`."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = poll
+    while True:
+        value = yield from read()
+        if on_poll is not None:
+            on_poll(value)
+        if over(value):
+            return value
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise timed_out(value, timeout or 0.0)
+        yield Sleep(pause if left is None else min(pause, left))
+        pause = min(pause * 1.5, max_poll)
 
 
 class Operations:
@@ -238,17 +266,16 @@ class Operations:
 
     def wait(self, job_id: str, timeout: float | None, poll: float, max_poll: float) -> Flow[Job]:
         """Polls until the job is terminal, the pause growing 1.5x from `poll` to `max_poll`."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        pause = poll
-        while True:
-            job = yield from self.get(job_id)
-            if job.is_terminal:
-                return job
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise WaitTimeout(job, timeout or 0.0)
-            yield Sleep(pause if left is None else min(pause, left))
-            pause = min(pause * 1.5, max_poll)
+        return (
+            yield from poll_until(
+                lambda: self.get(job_id),
+                lambda job: job.is_terminal,
+                WaitTimeout,
+                timeout=timeout,
+                poll=poll,
+                max_poll=max_poll,
+            )
+        )
 
     # -- what a job reports -------------------------------------------------------------------
 

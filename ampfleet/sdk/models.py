@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from ampfleet.core.profile_states import ProfileState
 from ampfleet.core.spec import Precision, Priority
 from ampfleet.core.states import JobState
 
@@ -234,6 +235,38 @@ class Artifact(ApiModel):
     content_type: str = "application/octet-stream"
     created_at: datetime | None = None
     details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ProfileArtifact(ApiModel):
+    name: str
+    listed: bool = Field(description="Stored and downloadable (false while it uploads).")
+    size: int | None = None
+    sha256: str | None = None
+
+
+class Profile(ApiModel):
+    """A capture of a running job's steps with torch.profiler: its state, the files it
+    stores (a Chrome/Perfetto trace per rank and `summary.json`) and the summary itself."""
+
+    id: str
+    job_id: str
+    state: ProfileState
+    steps: int
+    attempt: int = 0
+    ranks: list[int] | None = None
+    record_shapes: bool = False
+    start_step: int | None = None
+    end_step: int | None = None
+    reason: str | None = None
+    artifacts: list[ProfileArtifact] = Field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def is_final(self) -> bool:
+        """Done, failed or cancelled: it changes no more."""
+        return self.state.is_final()
 
 
 class Checkpoint(ApiModel):

@@ -57,6 +57,8 @@ def bad_invocations(job_id: str, folder: Path) -> list[tuple[list[str], int, str
         (["download", job_id, "--name", "nope.bin"], 1, "nope.bin"),
         (["metrics", job_id, "--plot", "-", "--names", "nope"], 1, "no metrics"),
         (["keys", "revoke", "key_nope"], 1, "not found"),
+        (["profile", MISSING_JOB], 1, "not found"),
+        (["profile", job_id], 1, "read-only"),  # the fixture's key is a read key
         (["recipes", "nope"], 1, "not installed"),
         # Options the command refuses before anything is sent.
         (["list", "--state", "BOGUS"], 2, "BOGUS"),
@@ -66,6 +68,9 @@ def bad_invocations(job_id: str, folder: Path) -> list[tuple[list[str], int, str
         (["metrics", job_id, "--max-points", "1"], 2, "--max-points"),
         (["keys", "create", "--role", "god"], 2, "--role"),
         (["download", job_id, "--checkpoint", "-3"], 2, "--checkpoint"),
+        (["profile", job_id, "--steps", "21"], 2, "--steps"),
+        (["profile", job_id, "--ranks", "0,x"], 2, "--ranks"),
+        (["profile", job_id, "--ranks", ","], 2, "--ranks"),
         (["status"], 2, "job_id"),
         (["no-such-command"], 2, "No such command"),
     ]
