@@ -4,6 +4,7 @@ worker node, each a real process, on PostgreSQL and Redis."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -545,6 +546,42 @@ def test_job_page_lists_artifacts_downloads_one_and_shows_the_manifest(
     fetched = next(r for r in requests if r.url.endswith(f"/{job_id}/artifacts/model.safetensors"))
     assert fetched.all_headers()["authorization"] == f"Bearer {fleet.admin_key}"
     assert not [r.url for r in requests if fleet.admin_key in r.url]
+
+
+def test_job_page_profiles_a_running_job_and_downloads_a_trace(
+    fleet: Fleet, page: Page, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = fleet.submit(job_spec(name="ui-profile", stop={"max_steps": LONG}))
+    try:
+        log_in(page, fleet, f"#/jobs/{job['id']}")
+        expect(page.locator("#job-state")).to_have_attribute(
+            "data-state", "RUNNING", timeout=90_000
+        )
+        button = page.locator("#profile-job")
+        expect(button).to_have_text("Profile 5 steps")
+        expect(button).to_be_enabled()
+        button.click()
+        expect(page.locator("#profile-state")).to_have_attribute(
+            "data-state", "done", timeout=90_000
+        )
+        expect(page.locator("#profile-figures")).to_contain_text("of the step")
+        expect(page.locator("#profile-top tbody tr")).to_have_count(5)
+        expect(page.locator("#profile-files li")).to_have_count(3)  # 2 traces, the summary
+        page.locator("#profile").scroll_into_view_if_needed()
+        save_screenshot(page, "job-profile.png", capsys)
+        trace = page.locator("#profile-files li[data-artifact$='/rank-0.trace.json']")
+        with page.expect_download() as started:
+            trace.locator("button.download").click()
+        saved = tmp_path / "rank-0.trace.json"
+        started.value.save_as(saved)
+        operators = {e.get("name") for e in json.loads(saved.read_text())["traceEvents"]}
+        assert {"aten::addmm", "aten::mm"} & operators
+        expect(trace).to_have_attribute("data-downloaded", "verified")
+        expect(button).to_be_enabled()  # that one is over: another may be asked for
+        profiles = page.locator("#artifacts-table tr[data-kind='profile']")
+        expect(profiles).to_have_count(3)  # and the artifacts panel lists its files
+    finally:
+        cancel_quietly(fleet, job["id"])
 
 
 def test_job_page_shows_the_code_bundle_and_the_inputs(fleet: Fleet, page: Page) -> None:

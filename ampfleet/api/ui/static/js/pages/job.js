@@ -11,6 +11,7 @@ import { TERMINAL, ageOf, clockTime, duration, fill, h, num, progressBar, setPro
 import { artifactsPanel } from "./jobartifacts.js";
 import { logsPanel } from "./joblogs.js";
 import { MetricStore, drawMetrics, headline, metricPanels } from "./jobmetrics.js";
+import { profilePanel } from "./jobprofile.js";
 import { codePanel } from "./jobcode.js";
 import { specPanel } from "./jobspec.js";
 
@@ -65,6 +66,7 @@ export function jobPage(ctx, jobId) {
   const { el: charts, panels } = metricPanels();
   charts.lossLog.addEventListener("change", () => drawMetrics(charts, store, job));
   const artifacts = artifactsPanel(ctx, jobId);
+  const profile = profilePanel(ctx, jobId, { onDone: () => artifacts.load() });
   ctx.view.append(head, h("p", { class: "muted" }, "Loading…"));
 
   const runningFor = () => (job.started_at
@@ -129,6 +131,7 @@ export function jobPage(ctx, jobId) {
     drawQueue();
     drawActions();
     drawProgress();
+    profile.setJob(job);
   };
 
   // -- actions: priority and cancel ---------------------------------------------------------
@@ -226,6 +229,7 @@ export function jobPage(ctx, jobId) {
   const onFrame = (event, data) => {
     if (event === "state" || event === "event") {
       addEvent(data);
+      if (event === "state" || data.reason === "profile") profile.load(); // a job leaving RUNNING ends its profile
       if (event === "state" && data.to_state) {
         artifacts.load(); // a SUCCEEDED job's model is listed by then; a requeue's checkpoint too
         if (data.to_state !== job.state) {
@@ -284,6 +288,7 @@ export function jobPage(ctx, jobId) {
       head,
       h("section", { class: "panel wide" }, summary, actions, progress),
       h("div", { class: "grid" }, panels, h("section", { class: "panel" }, h("h2", {}, "Timeline"), timeline), spec.el, code.el),
+      profile.el,
       artifacts.el,
       logsPanel(ctx, jobId, job.gang_size, !TERMINAL.has(job.state)));
     drawSummary();
@@ -291,6 +296,7 @@ export function jobPage(ctx, jobId) {
     code.draw(job.spec);
     drawMetrics(charts, store, job);
     artifacts.load();
+    profile.load();
     const ticker = setInterval(() => { if (job) drawAges(); }, TICK_MS);
     ctx.signal.addEventListener("abort", () => clearInterval(ticker));
     const lastEvent = Math.max(0, ...events.keys());

@@ -81,6 +81,37 @@ function manifestView(manifest) {
   ];
 }
 
+/**
+ * Downloads one listed artifact of job `jobId` (`{name, sha256, kind?}`) into the browser:
+ * `button` is disabled meanwhile, `status` tells the progress, and `row` gets
+ * data-downloaded = verified | unverified once saved.
+ */
+export async function downloadArtifact(ctx, jobId, artifact, { button, status, row }) {
+  button.disabled = true;
+  status.textContent = "starting…";
+  try {
+    const blob = await fetchBlob(artifactPath(jobId, artifact.name), {
+      signal: ctx.signal,
+      onProgress: (received, total) => {
+        status.textContent = total ? `${bytes(received)} of ${bytes(total)}` : bytes(received);
+      },
+    });
+    const digest = await sha256Hex(blob);
+    if (digest !== null && digest !== artifact.sha256) {
+      throw new ApiError(0, "download_corrupted",
+        `the bytes' sha256 ${digest.slice(0, SHA_SHOWN)}… is not the listed ${artifact.sha256.slice(0, SHA_SHOWN)}…`);
+    }
+    saveBlob(blob, fileName(artifact));
+    status.textContent = digest ? "saved, sha256 verified" : "saved";
+    row.dataset.downloaded = digest ? "verified" : "unverified";
+  } catch (error) {
+    status.textContent = "failed";
+    ctx.showError(error, `downloading ${artifact.name}`);
+  } finally {
+    button.disabled = false;
+  }
+}
+
 /** The artifacts and manifest panels of job `jobId`; `load()` (re)reads the listing. */
 export function artifactsPanel(ctx, jobId) {
   const rows = new Map(); // artifact name -> its row
@@ -90,32 +121,6 @@ export function artifactsPanel(ctx, jobId) {
   const manifestBox = h("div", { id: "manifest" },
     h("p", { class: "muted" }, "No model yet: a job that SUCCEEDS exports one."));
   let manifestShown = false;
-
-  const download = async (artifact, button, status, row) => {
-    button.disabled = true;
-    status.textContent = "starting…";
-    try {
-      const blob = await fetchBlob(artifactPath(jobId, artifact.name), {
-        signal: ctx.signal,
-        onProgress: (received, total) => {
-          status.textContent = total ? `${bytes(received)} of ${bytes(total)}` : bytes(received);
-        },
-      });
-      const digest = await sha256Hex(blob);
-      if (digest !== null && digest !== artifact.sha256) {
-        throw new ApiError(0, "download_corrupted",
-          `the bytes' sha256 ${digest.slice(0, SHA_SHOWN)}… is not the listed ${artifact.sha256.slice(0, SHA_SHOWN)}…`);
-      }
-      saveBlob(blob, fileName(artifact));
-      status.textContent = digest ? "saved, sha256 verified" : "saved";
-      row.dataset.downloaded = digest ? "verified" : "unverified";
-    } catch (error) {
-      status.textContent = "failed";
-      ctx.showError(error, `downloading ${artifact.name}`);
-    } finally {
-      button.disabled = false;
-    }
-  };
 
   const create = (artifact) => {
     const status = h("span", { class: "download-status muted small", role: "status" });
@@ -127,7 +132,7 @@ export function artifactsPanel(ctx, jobId) {
       h("td", { class: "sha256", title: artifact.sha256 }, h("code", {}, artifact.sha256.slice(0, SHA_SHOWN))),
       h("td", { class: "step" }, artifact.step === null ? "—" : String(artifact.step)),
       h("td", { class: "download-cell" }, button, " ", status));
-    button.addEventListener("click", () => download(artifact, button, status, row));
+    button.addEventListener("click", () => downloadArtifact(ctx, jobId, artifact, { button, status, row }));
     return row;
   };
 
