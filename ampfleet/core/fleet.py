@@ -40,6 +40,9 @@ class JobRequest:
     gpu_type: str | None = None
     min_gpu_memory_mb: int | None = None
     selector: Mapping[str, str] = field(default_factory=dict)
+    min_procs: int | None = None
+    """A restart that may run on fewer ranks, down to this (resources.procs_min), packed
+    onto the fewest nodes, when its whole shape is not free; None: exactly its shape."""
 
     @property
     def slots(self) -> int:
@@ -105,8 +108,10 @@ def _total_refusal(wanted: int, matching: Sequence[NodeView], largest: int) -> s
 
 
 def job_request_of(
-    spec: JobSpec | Mapping[str, Any], job_id: str = "", priority: int = 1
+    spec: JobSpec | Mapping[str, Any], job_id: str = "", priority: int = 1, restart: bool = False
 ) -> JobRequest:
+    """The request of a job's next attempt; only a `restart` may shrink to procs_min (its
+    first attempt runs its shape, or waits for it)."""
     resolved: Mapping[str, Any] = (
         spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec
     )
@@ -122,6 +127,7 @@ def job_request_of(
         gpu_type=resources.get("gpu_type"),
         min_gpu_memory_mb=resources.get("min_gpu_memory_mb"),
         selector=dict(resources.get("selector") or {}),
+        min_procs=resources.get("procs_min") if restart else None,
     )
 
 

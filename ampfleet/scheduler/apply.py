@@ -74,6 +74,12 @@ def _place_chunk(session: Session, snapshot: Snapshot, placements: list[Placemen
     for job_id, attempt, _, project in moved:
         placement = wanted[job_id]
         where = ", ".join(f"{node} x{slots}" for node, slots in placement.allocations)
+        if placement.shape is not None:
+            ranks = sum(slots for _, slots in placement.allocations)
+            where += (
+                f": {ranks} of its {placement.shape} ranks, which resources.procs_min allows "
+                "when its shape is not free; it resumes from its checkpoint resharded onto them"
+            )
         placed.append(
             Transition(
                 job_id=job_id,

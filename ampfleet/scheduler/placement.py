@@ -13,6 +13,9 @@ The rules, and why each one is there:
   rendezvous. Best fit for fixed shapes and the fewest nodes for totals keep whole nodes free
   for the large gangs that need them, and fewer nodes means less AllReduce over the network.
 * Quotas cap what a project holds at once; a capped job never blocks other projects.
+* A restart whose shape is not free runs on the ranks that are, down to its `procs_min` (it
+  resumes from its checkpoint resharded onto them), before any preemption or reservation:
+  the job said it would rather train on fewer ranks now than evict others or wait.
 * One EASY reservation per pass, for the first job that cannot start (leaving out jobs capped
   by their quota, jobs too large for the fleet and jobs waiting on a preemption): the earliest
   time that running jobs' estimated ends make room, and the free slots it will need then are
@@ -81,6 +84,8 @@ class Placement:
     job_id: str
     allocations: tuple[tuple[str, int], ...]
     """(node id, slots) in node-rank order: rank 0 first."""
+    shape: int | None = None
+    """The ranks the job asked for, when this restart runs on fewer (its procs_min)."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +191,15 @@ def _plan(index: CapacityIndex, groups: Sequence[int], job: JobRequest) -> _Plan
     per_node = job.procs_per_node or 1
     chosen = index.best_fit(groups, job.nodes or 1, per_node)
     return None if chosen is None else [(node, per_node) for node in chosen]
+
+
+def _fewer_ranks(index: CapacityIndex, groups: Sequence[int], job: JobRequest) -> _Plan | None:
+    """A restart whose shape is not free, on as many ranks as are (at least its
+    `min_procs`), packed onto the fewest nodes; None when it may not or cannot."""
+    if job.min_procs is None:
+        return None
+    ranks = min(job.slots - 1, index.total_free(groups))
+    return index.pack(groups, ranks) if ranks >= job.min_procs else None
 
 
 class _Pass:
@@ -298,12 +312,14 @@ class _Pass:
         constraints = _constraints(job)
         groups = self._groups(job, constraints)
         hopeless = self._hopeless(job, constraints, groups)
-        if hopeless is not None:
-            self.pending.append((job.id, reasons.no_node_matches(hopeless), None))
-            return
-        plan = _plan(self.index, groups, job)
+        plan = _plan(self.index, groups, job) if hopeless is None else None
+        if plan is None:
+            plan = _fewer_ranks(self.index, groups, job)
         if plan is not None:
             self._place(job, plan)
+            return
+        if hopeless is not None:
+            self.pending.append((job.id, reasons.no_node_matches(hopeless), None))
             return
         self.pending.append((job.id, *self._preempt_or_reserve(job, constraints, groups)))
 
@@ -384,7 +400,7 @@ class _Pass:
         return in_the_way if overlay.fits() else []
 
     def _place(self, job: JobRequest, plan: _Plan) -> None:
-        slots = job.slots
+        slots = sum(share for _, share in plan)
         for node, share in plan:
             self.index.take(node, share)
         self.changes += 1
@@ -392,7 +408,8 @@ class _Pass:
         self.jobs_placed[job.project] = self.jobs_placed.get(job.project, 0) + 1
         self.charged[job.project] = self.charged.get(job.project, 0.0) + slots * PLACED_CHARGE_S
         allocations = tuple((self.nodes[node].id, share) for node, share in plan)
-        self.placements.append(Placement(job.id, allocations))
+        shrunk = job.slots if slots < job.slots else None
+        self.placements.append(Placement(job.id, allocations, shrunk))
 
     # -- holding slots for later ------------------------------------------------------------
 

@@ -85,7 +85,11 @@ def load(session: Session, settings: Settings, now: datetime) -> Snapshot:
         if row.not_before is not None and row.not_before > now:
             backing_off[row.id] = row.not_before
             continue
-        requests.append(job_request_of(row.resolved, job_id=row.id, priority=row.priority))
+        requests.append(
+            job_request_of(
+                row.resolved, job_id=row.id, priority=row.priority, restart=row.attempt > 0
+            )
+        )
 
     used = used_slots_by_node(session)
     node_rows = list(session.scalars(select(Node)))
