@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from ampfleet.core import profiles
 from ampfleet.core.artifact_names import PROFILE_KIND
 from ampfleet.core.db import session_scope
 from ampfleet.core.ids import new_id
 from ampfleet.core.lifecycle import transition
-from ampfleet.core.models import Artifact
+from ampfleet.core.models import Artifact, Profile
 from ampfleet.core.profile_states import MAX_STEPS
 from ampfleet.core.states import JobState
 from tests.conftest import KeyFactory
@@ -207,3 +208,17 @@ def test_a_file_that_cannot_be_stored_fails_the_profile(client: TestClient) -> N
     failed = client.get(f"/v1/jobs/{job_id}/profile").json()
     assert failed["state"] == "failed"
     assert "disk full" in failed["reason"]
+
+
+def test_deleting_a_job_deletes_its_profiles(client: TestClient) -> None:
+    job_id = insert_job(state=JobState.RUNNING)
+    _profile(client, job_id)
+    with session_scope() as session:
+        for to, source in (
+            (JobState.CANCELLING, JobState.RUNNING),
+            (JobState.CANCELLED, JobState.CANCELLING),
+        ):
+            assert transition(session, job_id, to, from_states={source}, reason="test")
+    assert client.delete(f"/v1/jobs/{job_id}").status_code == 204
+    with session_scope() as session:
+        assert session.scalars(select(Profile).where(Profile.job_id == job_id)).all() == []
