@@ -7,6 +7,7 @@ and their files through the uploader, like any artifact."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping
 
 from sqlalchemy.orm import Session
@@ -14,6 +15,8 @@ from sqlalchemy.orm import Session
 from ampfleet.core import profiles
 from ampfleet.workers.profile_request import ProfileRequest, request_file
 from ampfleet.workers.rundir import RunDir
+
+log = logging.getLogger(__name__)
 
 
 def hand_over_profiles(session: Session, attempts: Mapping[tuple[str, int], RunDir]) -> None:
@@ -33,7 +36,7 @@ def hand_over(run_dir: RunDir, request: ProfileRequest | None) -> None:
     name and renamed, so a rank never reads half of it; left alone when it says so already."""
     path = request_file(run_dir)
     if request is None:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # gone already; else rank 0 took it once, no more
             path.unlink()
         return
     text = request.to_json()
@@ -41,5 +44,8 @@ def hand_over(run_dir: RunDir, request: ProfileRequest | None) -> None:
         if path.read_text() == text:
             return
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:  # the next pass tries again; the records go on meanwhile
+        log.warning("could not hand profile %s to %s: %s", request.id, run_dir.path, exc)

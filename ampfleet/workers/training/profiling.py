@@ -186,7 +186,10 @@ class StepProfiler:
             local["withdrawn"] = withdrawn is None or withdrawn.id != request.id
         entries = [json.loads(text) for text in exchange(json.dumps(local), self.device)]
         self._active, self._torch = None, None
-        failed = entries[0].get("withdrawn") or any("error" in e for e in entries)
+        # Every rank took the same steps, so all see the same `failed`.
+        failed = (
+            entries[0].get("withdrawn") or not self._steps or any("error" in e for e in entries)
+        )
         if failed and "trace" in local:
             Path(local["trace"]).unlink(missing_ok=True)
         if entries[0].get("withdrawn"):
@@ -240,12 +243,15 @@ class StepProfiler:
             for fields in records:
                 self.record("artifact", **fields)
             return
-        writer = RecordWriter(run_dir.events_file, 0.0)  # no other rank writes this node's
         try:
-            for fields in records:
-                writer.write("artifact", **fields)
-        finally:
-            writer.close()
+            writer = RecordWriter(run_dir.events_file, 0.0)  # no other rank writes this node's
+            try:
+                for fields in records:
+                    writer.write("artifact", **fields)
+            finally:
+                writer.close()
+        except OSError as exc:  # the profile stays uploading; training goes on
+            print(f"profile {request.id}: could not record this node's traces: {exc}", flush=True)
 
     def _report(
         self, request: ProfileRequest, entries: list[dict[str, Any]], run_dir: RunDir
