@@ -2,6 +2,7 @@
 
     python -m bench.memory                 # 2 gloo ranks, a 110M-parameter GPT
     python -m bench.memory --steps 3 --d-model 768 --layers 12
+    python -m bench.memory --steps 2 --d-model 1024 --layers 22 --modes ddp:fp32,fsdp:bf16 --runs 3
 
 Each mode runs in fresh rank processes through ampfleet's own Trainer (the same wrapping,
 autocast, hooks and optimizer a job gets) for `--steps` optimizer steps; the figure is each
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 import torch
 
 from ampfleet.recipes.gpt_bench import GPTBenchHyperparameters
+from ampfleet.workers.rank_memory import apply_memory_limit
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.parallel import MB, STATE_BYTES_PER_PARAMETER, ParallelConfig
 from ampfleet.workers.training.recipes.gpt_bench import build
@@ -32,9 +35,32 @@ from tests.support.localranks import run_ranks
 MODES = [("ddp", "fp32"), ("ddp", "bf16"), ("fsdp", "bf16")]
 
 
-def _peak(
-    rank: int, world_size: int, strategy: str, precision: str, model: dict[str, Any], steps: int
+def gpt_bench_model(d_model: int, layers: int, vocab: int) -> dict[str, Any]:
+    """gpt-bench's hyperparameters for one size: 2 sequences of 128 tokens per rank."""
+    return {
+        "d_model": d_model,
+        "n_layers": layers,
+        "n_heads": 12 if d_model % 12 == 0 else 8,
+        "vocab_size": vocab,
+        "block_size": 128,
+        "batch_size": 2,
+    }
+
+
+def train_and_measure(
+    rank: int,
+    world_size: int,
+    strategy: str,
+    precision: str,
+    model: dict[str, Any],
+    steps: int,
+    memory_limit_mb: int | None = None,
 ) -> dict[str, float]:
+    """One rank: `steps` optimizer steps of the model; its peak memory and parameters.
+    With `memory_limit_mb`, the rank's memory is capped the way the launcher caps a job's
+    slot (RLIMIT_DATA) before the model is built."""
+    if memory_limit_mb is not None:
+        apply_memory_limit(memory_limit_mb)
     idle = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     torch.manual_seed(0)
     task = build(
@@ -78,6 +104,13 @@ def _peak(
     }
 
 
+def _mode(text: str) -> tuple[str, str]:
+    strategy, _, precision = text.partition(":")
+    if (strategy, precision) not in MODES:
+        raise argparse.ArgumentTypeError(f"{text}: choose from {', '.join(map(':'.join, MODES))}")
+    return strategy, precision
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
@@ -85,35 +118,58 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=768)
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--vocab", type=int, default=32768)
+    parser.add_argument("--runs", type=int, default=1, help="interleaved rounds; medians")
+    parser.add_argument(
+        "--cap-mb",
+        type=int,
+        default=None,
+        help="cap each rank (RLIMIT_DATA) so that a mode outgrowing a shared host fails "
+        "its own allocation instead",
+    )
+    parser.add_argument(
+        "--modes",
+        type=lambda text: [_mode(m) for m in text.split(",")],
+        default=MODES,
+        help="strategy:compute pairs, the first the baseline (default: all three)",
+    )
     args = parser.parse_args()
-    model = {
-        "d_model": args.d_model,
-        "n_layers": args.layers,
-        "n_heads": 12 if args.d_model % 12 == 0 else 8,
-        "vocab_size": args.vocab,
-        "block_size": 128,
-        "batch_size": 2,
-    }
-    results = {
-        mode: run_ranks(_peak, args.ranks, *mode, model, args.steps, timeout_s=1800)[0]
-        for mode in MODES
-    }
-    first = results[MODES[0]]
+    model = gpt_bench_model(args.d_model, args.layers, args.vocab)
+    modes: list[tuple[str, str]] = args.modes
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {mode: [] for mode in modes}
+    for _ in range(args.runs):
+        for mode in modes:
+            ranks = run_ranks(
+                train_and_measure,
+                args.ranks,
+                *mode,
+                model,
+                args.steps,
+                args.cap_mb,
+                timeout_s=1800,
+            )
+            runs[mode].append(ranks[0])
+    first = runs[modes[0]][0]
     parameters, idle = first["parameters"], first["idle_mb"]
     print(
         f"gpt-bench {parameters / 1e6:.1f}M parameters, {args.ranks} gloo ranks, "
-        f"{args.steps} steps of 2 x 128 tokens per rank; idle rank {idle:,.0f} MB"
+        f"{args.steps} steps of 2 x 128 tokens per rank; idle rank {idle:,.0f} MB; "
+        f"median of {args.runs} run(s) per mode"
     )
-    baseline = first["peak_mb"]
+    peaks = {mode: [r["peak_mb"] for r in results] for mode, results in runs.items()}
+    baseline = statistics.median(peaks[modes[0]])
     print(
-        f"{'strategy':>8} {'compute':>7} {'peak MB/rank':>12} {'vs DDP fp32':>11} {'floor MB':>9}"
+        f"{'strategy':>8} {'compute':>7} {'peak MB/rank':>12} {'range':>13} "
+        f"{'vs first':>8} {'floor MB':>9}"
     )
-    for strategy, precision in MODES:
-        peak = results[(strategy, precision)]["peak_mb"]
+    for strategy, precision in modes:
+        measured = peaks[(strategy, precision)]
+        peak = statistics.median(measured)
+        spread = f"{min(measured):,.0f}-{max(measured):,.0f}"
         shards = args.ranks if strategy == "fsdp" else 1
         floor = idle + parameters * STATE_BYTES_PER_PARAMETER / shards / MB
         print(
-            f"{strategy:>8} {precision:>7} {peak:>12,.0f} {peak / baseline:>10.2f}x {floor:>9,.0f}"
+            f"{strategy:>8} {precision:>7} {peak:>12,.0f} {spread:>13} "
+            f"{peak / baseline:>7.2f}x {floor:>9,.0f}"
         )
 
 

@@ -22,7 +22,12 @@ from ampfleet.workers.training.group import leave_process_group
 
 
 class RankFailedError(RuntimeError):
-    pass
+    """Every rank that failed, with its error: the first to fail may have taken its peers
+    down with it, so the cause is in one of them, not always rank 0's."""
+
+    def __init__(self, failures: dict[int, str]) -> None:
+        super().__init__("\n".join(f"rank {r} failed: {e}" for r, e in failures.items()))
+        self.failures = failures
 
 
 def _worker(  # spawn passes its arguments positionally
@@ -67,10 +72,11 @@ def run_ranks(
             nprocs=world_size,
             join=True,
         )
-        results = []
-        for rank in range(world_size):
-            status, value = torch.load(Path(tmp) / f"rank{rank}.pt", weights_only=True)
-            if status != "ok":
-                raise RankFailedError(f"rank {rank} failed: {value}")
-            results.append(value)
-        return results
+        outcomes = [
+            torch.load(Path(tmp) / f"rank{rank}.pt", weights_only=True)
+            for rank in range(world_size)
+        ]
+        failures = {r: value for r, (status, value) in enumerate(outcomes) if status != "ok"}
+        if failures:
+            raise RankFailedError(failures)
+        return [value for _status, value in outcomes]
