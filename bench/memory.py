@@ -7,7 +7,8 @@
 Each mode runs in fresh rank processes through ampfleet's own Trainer (the same wrapping,
 autocast, hooks and optimizer a job gets) for `--steps` optimizer steps; the figure is each
 rank's peak resident memory (ru_maxrss) as the job reports it, and the largest over ranks is
-compared with DDP fp32. Beside it, the floor of the model states alone: 16 bytes per
+compared with the first mode's (DDP fp32 unless `--modes` says otherwise); with `--runs`,
+medians of interleaved rounds. Beside it, the floor of the model states alone: 16 bytes per
 parameter (fp32 weights, gradients, two AdamW moments), divided by the world size under
 FSDP, plus what an idle rank holds (the interpreter, torch and gloo: measured in the same
 process before the model is built).
