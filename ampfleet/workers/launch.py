@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ampfleet.workers.netif import socket_interface_environment
 from ampfleet.workers.rank_memory import MEMORY_LIMIT_FLAG, apply_memory_limit
-from ampfleet.workers.training.entry import die_with_parent
+from ampfleet.workers.training.entry import PARENT_PID_VARIABLE, die_with_parent
 
 RANK_ENVIRONMENT = (
     "PATH",
@@ -131,6 +131,7 @@ def forward_to_ranks(signum: int, _frame: object) -> None:
 
 def main() -> None:
     die_with_parent()
+    os.environ[PARENT_PID_VARIABLE] = str(os.getpid())  # the ranks' parent: torchrun, here
     args = sys.argv[1:]
     if args and args[0].startswith(f"{MEMORY_LIMIT_FLAG}="):
         apply_memory_limit(int(args.pop(0).partition("=")[2]))  # before torchrun forks ranks

@@ -38,7 +38,7 @@ from ampfleet.workers.limits import RankLimits, TaskGroup
 from ampfleet.workers.profile_handover import hand_over_profiles
 from ampfleet.workers.rundir import RecordReader, RunDir
 from ampfleet.workers.telemetry import Nvml, RankTelemetry
-from ampfleet.workers.training.entry import STACKS_SIGNAL
+from ampfleet.workers.training.entry import PARENT_PID_VARIABLE, STACKS_SIGNAL
 from ampfleet.workers.uploads import ArtifactUploader
 
 log = logging.getLogger(__name__)
@@ -243,6 +243,8 @@ class Supervisor:
                     node_address=self.settings.node_address,
                 ),
                 **(_visible(gpus) if gpus else {}),
+                # Outside the sandbox's PID namespace the launcher can check it is still ours.
+                **({} if contained else {PARENT_PID_VARIABLE: str(os.getpid())}),
             },
         )
         log.info("launched %s attempt %s (pid %s)", request.job_id, request.attempt, process.pid)

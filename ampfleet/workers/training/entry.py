@@ -40,9 +40,16 @@ from ampfleet.workers.training.task import RecipeContext
 PR_SET_PDEATHSIG = 1
 
 
+PARENT_PID_VARIABLE = "TRAINING_PARENT_PID"
+"""The pid a process's parent had when it was started, set by the one that starts it: a
+parent that died before the child reached prctl (the imports take seconds) is caught, where
+comparing with the parent the child first saw would compare with the one it was handed to."""
+
+
 def die_with_parent() -> None:
     """If torchrun is killed (say, with the whole worker), take this rank down too."""
-    parent = os.getppid()
+    expected = os.environ.get(PARENT_PID_VARIABLE, "")
+    parent = int(expected) if expected.isdigit() else os.getppid()
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
