@@ -8,11 +8,13 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, TypeVar
 
 from fastapi import Request
+from sqlalchemy.orm import Session
 
-from ampfleet.api.errors import PayloadTooLargeError, UnprocessableError
+from ampfleet.api.auth import Principal
+from ampfleet.api.errors import NotFoundError, PayloadTooLargeError, UnprocessableError
 from ampfleet.core.archives import ArchiveLimits
 from ampfleet.core.artifacts import get_store, object_key
 from ampfleet.core.artifacts.catalog import unreferenced
@@ -20,6 +22,31 @@ from ampfleet.core.db import session_scope
 from ampfleet.core.settings import get_settings
 
 log = logging.getLogger(__name__)
+
+Row = TypeVar("Row")
+
+
+def upload_body(description: str) -> dict[str, Any]:
+    """The OpenAPI request body of an upload route: the bytes, streamed, not JSON."""
+    media_types = ("application/zip", "application/gzip", "application/octet-stream")
+    return {
+        "requestBody": {
+            "required": True,
+            "description": description,
+            "content": {m: {"schema": {"type": "string", "format": "binary"}} for m in media_types},
+        }
+    }
+
+
+def visible(
+    session: Session, model: type[Row], row_id: str, principal: Principal, what: str
+) -> Row:
+    """An uploaded object by id, 404 when it is missing or another project's."""
+    row = session.get(model, row_id)
+    if row is None:
+        raise NotFoundError(f"{what} {row_id} not found")
+    principal.check_visible(row.project, f"{what} {row_id}")  # type: ignore[attr-defined]
+    return row
 
 
 @dataclass(frozen=True)

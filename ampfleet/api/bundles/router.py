@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
@@ -22,16 +22,7 @@ from ampfleet.core.spec import SafeName
 
 router = APIRouter(prefix="/v1/bundles", tags=["bundles"])
 
-UPLOAD_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "description": "A zip or tar.gz of the code's folder (by its first bytes).",
-        "content": {
-            media: {"schema": {"type": "string", "format": "binary"}}
-            for media in ("application/zip", "application/gzip", "application/octet-stream")
-        },
-    }
-}
+UPLOAD_BODY = uploads.upload_body("A zip or tar.gz of the code's folder (by its first bytes).")
 
 
 @router.post(

@@ -18,11 +18,10 @@ from ampfleet.api.bundles import repository
 from ampfleet.api.bundles.schemas import BundleDetail, BundleList, BundleOut
 from ampfleet.api.errors import (
     ConflictError,
-    NotFoundError,
     ServiceUnavailableError,
     UnprocessableError,
 )
-from ampfleet.api.uploads import Spooled, UploadLimit, archive_limits
+from ampfleet.api.uploads import Spooled, UploadLimit, archive_limits, visible
 from ampfleet.core.archives import ArchiveRefusedError, inspect_archive
 from ampfleet.core.artifacts import get_store
 from ampfleet.core.custom_code import custom_code_allowed, custom_code_refusal
@@ -84,11 +83,7 @@ def create(session: Session, project: str, spooled: Spooled) -> tuple[BundleDeta
 
 
 def get(session: Session, bundle_id: str, principal: Principal) -> Bundle:
-    row = session.get(Bundle, bundle_id)
-    if row is None:
-        raise NotFoundError(f"bundle {bundle_id} not found")
-    principal.check_visible(row.project, f"bundle {bundle_id}")
-    return row
+    return visible(session, Bundle, bundle_id, principal, "bundle")
 
 
 def detail(session: Session, bundle_id: str, principal: Principal) -> BundleDetail:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Query, Request, Response, status
 from pydantic import StringConstraints
@@ -26,17 +26,9 @@ FileName = Annotated[
     str, StringConstraints(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 ]
 
-UPLOAD_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "description": "A zip or tar.gz of a folder (by its first bytes), or one file's bytes "
-        "with ?filename=.",
-        "content": {
-            media: {"schema": {"type": "string", "format": "binary"}}
-            for media in ("application/zip", "application/gzip", "application/octet-stream")
-        },
-    }
-}
+UPLOAD_BODY = uploads.upload_body(
+    "A zip or tar.gz of a folder (by its first bytes), or one file's bytes with ?filename=."
+)
 
 
 @router.post(

@@ -18,11 +18,10 @@ from ampfleet.api.datasets import repository
 from ampfleet.api.datasets.schemas import DatasetDetail, DatasetList, DatasetOut
 from ampfleet.api.errors import (
     ConflictError,
-    NotFoundError,
     ServiceUnavailableError,
     UnprocessableError,
 )
-from ampfleet.api.uploads import Spooled, UploadLimit, archive_limits
+from ampfleet.api.uploads import Spooled, UploadLimit, archive_limits, visible
 from ampfleet.core.archives import ArchiveRefusedError, inspect_archive
 from ampfleet.core.artifacts import get_store
 from ampfleet.core.ids import new_id
@@ -93,11 +92,7 @@ def create(
 
 
 def get(session: Session, dataset_id: str, principal: Principal) -> Dataset:
-    row = session.get(Dataset, dataset_id)
-    if row is None:
-        raise NotFoundError(f"dataset {dataset_id} not found")
-    principal.check_visible(row.project, f"dataset {dataset_id}")
-    return row
+    return visible(session, Dataset, dataset_id, principal, "dataset")
 
 
 def detail(session: Session, dataset_id: str, principal: Principal) -> DatasetDetail:
