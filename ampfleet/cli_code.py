@@ -25,10 +25,9 @@ from rich.progress import (
 from ampfleet.cli_client import Data, Key, Url, _client, _fail, _print_table, _stdout, _when
 from ampfleet.sdk import Client
 from ampfleet.sdk.errors import SpecError
-from ampfleet.sdk.flows import PLACEHOLDER_BUNDLE, load_spec, spec_mapping
+from ampfleet.sdk.flows import check_before_upload, spec_mapping
 from ampfleet.sdk.models import Job
 from ampfleet.sdk.packing import pack_folder
-from ampfleet.sdk.uploads import spec_with_code
 
 PANEL = "Bring your own code and data"
 
@@ -153,7 +152,7 @@ def run_local(
         raw = spec_mapping(spec)
         if raw.get("code") and code is None:
             _fail("the spec runs bundled code: give its folder with --code")
-        job_spec = load_spec(spec_with_code(raw, PLACEHOLDER_BUNDLE if code else None, {}))
+        job_spec = check_before_upload(raw, code is not None)
     except SpecError as error:  # its message names the fields
         _fail(error.message)
     console = _stdout()

@@ -52,6 +52,14 @@ InputSource = str | os.PathLike[str]
 """A folder or file to upload as a dataset, or `name@version` / `file:///...` as it is."""
 T = TypeVar("T")
 PLACEHOLDER_BUNDLE = "bnd_" + "0" * 26
+
+
+def check_before_upload(spec: Mapping[str, Any], with_code: bool) -> JobSpec:
+    """The spec as it will be once its bundle is uploaded (a placeholder id in `code.bundle`):
+    a spec that cannot be valid fails before anything is packed or sent."""
+    return load_spec(spec_with_code(spec, PLACEHOLDER_BUNDLE if with_code else None, {}))
+
+
 States = JobState | str | Iterable[JobState | str] | None
 EVENTS_PAGE = 1000
 LOGS_PAGE = 1000
@@ -182,7 +190,7 @@ class Operations:
         """The spec naming the bundle and datasets it brings, uploaded first (a folder is
         packed; a `bnd_...` id or a `name@version` reference is taken as it is). The spec is
         checked before anything is uploaded."""
-        load_spec(spec_with_code(spec, PLACEHOLDER_BUNDLE if code else None, {}))
+        check_before_upload(spec, code is not None)
         project = spec.get("project")
 
         def progress(what: str) -> Callable[[int], None] | None:

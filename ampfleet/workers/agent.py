@@ -179,8 +179,8 @@ class NodeAgent:
             if node_rank == 0 and len(allocations) > 1:
                 rendezvous = f"{self.settings.node_address}:{_free_port()}"
                 allocations[0].rendezvous = rendezvous
-            run_dir = self._prepare_run_dir(job, node_rank)
             brought = self._brought(job)
+            run_dir = self._prepare_run_dir(job, node_rank, brought)
             stop = Stop.model_validate(job.resolved["stop"])
             return LaunchRequest(
                 job_id=job_id,
@@ -233,7 +233,7 @@ class NodeAgent:
         session.refresh(job)
         return JobState(job.state) in LAUNCHED_STATES
 
-    def _prepare_run_dir(self, job: Job, node_rank: int) -> RunDir:
+    def _prepare_run_dir(self, job: Job, node_rank: int, brought: dict[str, Any]) -> RunDir:
         run_dir = RunDir.for_attempt(self.settings.runs_dir, job.id, job.attempt, node_rank)
         run_dir.path.mkdir(parents=True, exist_ok=True)
         run_dir.job_file.write_text(
@@ -245,7 +245,7 @@ class NodeAgent:
                     "checkpoint_dir": str(self.settings.checkpoints_dir / job.id),
                     "process_group_timeout_s": PROCESS_GROUP_TIMEOUT_S,
                     "metrics_flush_s": self.settings.metrics_flush_s,
-                    **self._brought(job),
+                    **brought,
                 }
             )
         )
