@@ -40,9 +40,8 @@ SAFE_DEFAULT = ("--only-binary=:all:",)
 
 
 class RequirementsError(RuntimeError):
-    def __init__(self, message: str, output: list[str]) -> None:
-        super().__init__(message)
-        self.output = output
+    """pip did not install the set; the message carries pip's own error lines (its whole
+    output is in the job's logs already)."""
 
 
 def pip_options(settings: Settings) -> list[str]:
@@ -120,9 +119,8 @@ def _pip_install(
     requirements: Sequence[str],
     scratch: Path,
     on_output: Callable[[list[str]], None] | None,
-) -> list[str]:
-    """pip's output is handed to `on_output` as it comes (a batch at most every second),
-    and returned whole."""
+) -> None:
+    """pip's output is handed to `on_output` as it comes (a batch at most every second)."""
     constraints = scratch / "constraints.txt"
     try:
         constraints.write_text(f"torch=={version('torch')}\n")
@@ -179,10 +177,7 @@ def _pip_install(
             timer.cancel()
     if pip.returncode != 0:
         said = [line for line in output if line.startswith("ERROR")] or output[-5:]
-        raise RequirementsError(
-            "code.requirements did not install: " + " ".join(said)[-1000:], output
-        )
-    return output
+        raise RequirementsError("code.requirements did not install: " + " ".join(said)[-1000:])
 
 
 def _local_folders(options: list[str]) -> list[Path]:
