@@ -28,13 +28,13 @@ ui-deps: install
 	test -x /usr/bin/chromium || { apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; }
 
-# The /metrics test checks the exposition with promtool, from Debian's prometheus package
-# (no smaller one carries it; without recommends it is a dozen small packages).
 # Ranks that run bundled code run inside Debian's bubblewrap.
 sandbox-deps:
 	command -v bwrap >/dev/null || { apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap; }
 
+# The /metrics test checks the exposition with promtool, from Debian's prometheus package
+# (no smaller one carries it; without recommends it is a dozen small packages).
 metrics-deps:
 	command -v promtool >/dev/null || { apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }
