@@ -29,6 +29,7 @@ from ampfleet.core.settings import Settings
 from ampfleet.core.spec import Stop
 from ampfleet.core.states import LAUNCHED_STATES, JobState
 from ampfleet.workers.bundles import bundle_dir, ensure_unpacked
+from ampfleet.workers.fallbacks import earlier_fallbacks
 from ampfleet.workers.ingest import store_setup_output
 from ampfleet.workers.inputs import ensure_inputs, local_paths
 from ampfleet.workers.node import Capacity, detect_capacity
@@ -180,6 +181,7 @@ class NodeAgent:
                 rendezvous = f"{self.settings.node_address}:{_free_port()}"
                 allocations[0].rendezvous = rendezvous
             brought = self._brought(job)
+            brought["earlier_fallbacks"] = earlier_fallbacks(session, job.id, job.attempt)
             run_dir = self._prepare_run_dir(job, node_rank, brought)
             stop = Stop.model_validate(job.resolved["stop"])
             return LaunchRequest(

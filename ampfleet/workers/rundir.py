@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+FALLBACK_REASONS = {"precision_fallback": "precision", "allreduce_fallback": "allreduce_dtype"}
+"""The reasons of rank 0's fallback events -> the manifest entry each belongs under."""
+
 
 @dataclass(frozen=True)
 class RunDir:

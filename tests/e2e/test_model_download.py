@@ -132,3 +132,24 @@ def test_the_downloaded_model_scores_the_reported_val_accuracy(
     )
     assert scored["val_accuracy"] == job.latest_metrics["val_accuracy"]
     assert scored["val_accuracy"] == manifest["metrics"]["val_accuracy"]
+    assert_no_store_secret_leaked(fleet, job_id, manifest_path)
+
+
+def assert_no_store_secret_leaked(fleet: Fleet, job_id: str, manifest: Path) -> None:
+    """The S3 store's secret key is in no answer of the API, in no process's log and in no
+    file of the fleet (run folders, rank logs, checkpoints), nor in the manifest."""
+    secret = fleet.env.get("AMPFLEET_S3_SECRET_ACCESS_KEY")
+    if not secret:
+        return  # the embedded fleet's local store has no credentials
+    routes = ["", "/artifacts", "/checkpoints", "/events", "/logs", "/metrics"]
+    answers = {route: fleet.http.get(f"/v1/jobs/{job_id}{route}").text for route in routes}
+    answers["/v1/nodes"] = fleet.http.get("/v1/nodes").text
+    answers["/metrics"] = fleet.http.get("/metrics").text
+    assert [route for route, text in answers.items() if secret in text] == []
+    assert secret not in manifest.read_text()
+    holding = [
+        path.relative_to(fleet.root)
+        for path in fleet.root.rglob("*")
+        if path.is_file() and secret.encode() in path.read_bytes()
+    ]
+    assert holding == []

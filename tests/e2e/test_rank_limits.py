@@ -60,6 +60,7 @@ def test_ranks_get_no_credential_and_only_their_memory_share(
     assert refused.status_code == 422, refused.text
     assert "1,500 MB per slot" in refused.json()["error"]["message"]
 
+    assert fleet.http.get("/v1/recipes").status_code == 200
     assert fleet.http.get("/v1/recipes/probe").status_code == 200
     api_maps = Path(f"/proc/{fleet.processes['api'].pid}/maps").read_text()
     assert "torch" not in api_maps, "the API process loaded torch"

@@ -13,6 +13,8 @@ class CuttingProxy:
         self.upstream_port = upstream_port
         self.cut_after_bytes = cut_after_bytes
         self.connections = 0
+        self.requests: list[bytearray] = []
+        """What each connection's client sent (its request head), in order."""
         self._server = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
@@ -29,15 +31,26 @@ class CuttingProxy:
             self.connections += 1
             cut = self.cut_after_bytes if self.connections == 1 else None
             upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
-            threading.Thread(target=_pump, args=(downstream, upstream, None), daemon=True).start()
+            sent = bytearray()
+            self.requests.append(sent)
+            threading.Thread(
+                target=_pump, args=(downstream, upstream, None, sent), daemon=True
+            ).start()
             threading.Thread(target=_pump, args=(upstream, downstream, cut), daemon=True).start()
 
 
-def _pump(source: socket.socket, target: socket.socket, cut: int | None) -> None:
-    """Copies bytes one way; after `cut` bytes, closes both sides."""
+def _pump(
+    source: socket.socket,
+    target: socket.socket,
+    cut: int | None,
+    keep: bytearray | None = None,
+) -> None:
+    """Copies bytes one way; after `cut` bytes, closes both sides; `keep` gets a copy."""
     sent = 0
     try:
         while data := source.recv(4096):
+            if keep is not None:
+                keep += data
             if cut is not None and sent + len(data) >= cut:
                 target.sendall(data[: cut - sent])
                 break

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -95,6 +96,12 @@ def test_a_cut_connection_resumes_with_range_to_the_same_sha256(
         proxy.close()
     assert proxy.connections >= 2  # the first one was cut mid-body
     assert hashlib.sha256(path.read_bytes()).hexdigest() == SHA
+    first, resumed = (bytes(r).lower() for r in proxy.requests[:2])
+    assert b"\r\nrange:" not in first
+    offset = re.search(rb"\r\nrange: bytes=(\d+)-", resumed)
+    assert offset, resumed
+    assert int(offset[1]) > 0  # went on from what it had, not from the start
+    assert b"\r\nif-range:" in resumed
 
 
 def test_a_part_file_continues_and_a_stale_one_is_replaced(

@@ -26,7 +26,7 @@ class Tied(torch.nn.Module):
         self.register_buffer("calls", torch.tensor(7, dtype=torch.long))
 
 
-def _job(export_dtype: str) -> dict[str, object]:
+def _job(export_dtype: str, **extra: object) -> dict[str, object]:
     spec = {
         "recipe": "digits",
         "hyperparameters": {"hidden": 8},
@@ -34,7 +34,7 @@ def _job(export_dtype: str) -> dict[str, object]:
         "allreduce_dtype": "auto",
         "export": {"dtype": export_dtype},
     }
-    return {"job_id": "job_x", "attempt": 1, "spec": spec}
+    return {"job_id": "job_x", "attempt": 1, "spec": spec, **extra}
 
 
 def _run_dir(tmp_path: Path) -> RunDir:
@@ -43,7 +43,9 @@ def _run_dir(tmp_path: Path) -> RunDir:
     return run_dir
 
 
-def _export(run_dir: RunDir, export_dtype: str, model: torch.nn.Module) -> list[dict[str, object]]:
+def _export(
+    run_dir: RunDir, export_dtype: str, model: torch.nn.Module, **job: object
+) -> list[dict[str, object]]:
     summary = RunSummary(
         step=30,
         metrics={"val_accuracy": 0.9},
@@ -53,7 +55,7 @@ def _export(run_dir: RunDir, export_dtype: str, model: torch.nn.Module) -> list[
         backend="gloo",
     )
     writer = RecordWriter(run_dir.events_file, flush_s=3600)
-    export_run(run_dir, _job(export_dtype), model, summary, writer)
+    export_run(run_dir, _job(export_dtype, **job), model, summary, writer)
     writer.close()
     return [r for r in RecordReader(run_dir.events_file).read_new() if r["kind"] == "artifact"]
 
@@ -101,6 +103,29 @@ def test_manifest_has_the_lineage_and_the_sha256_of_each_file(tmp_path: Path) ->
     assert manifest["metrics"] == {"val_accuracy": 0.9}
     assert set(manifest["versions"]) == {"python", "torch", "ampfleet", "safetensors"}
     assert all(r["step"] == 30 and r["artifact_kind"] == "model" for r in records)
+
+
+def test_a_fallback_of_an_attempt_on_another_node_is_in_the_manifest(tmp_path: Path) -> None:
+    """Attempt 0 ran elsewhere (no folder here): its fallback comes from the job file, which
+    the agent fills from the job's events; this attempt's own comes from its records."""
+    run_dir = _run_dir(tmp_path)
+    elsewhere = {
+        "attempt": 0,
+        "time": 1.0,
+        "reason": "allreduce_fallback",
+        "message": "bf16 -> fp32: relative error 3e-3",
+    }
+    own = {"kind": "event", "reason": "precision_fallback", "message": "fp16 -> bf16", "time": 2}
+    run_dir.events_file.write_text(json.dumps(own) + "\n")
+    _export(run_dir, "fp32", Tied(), earlier_fallbacks=[elsewhere])
+
+    manifest = json.loads((run_dir.export_dir / MANIFEST).read_text())
+    assert manifest["allreduce_dtype"]["fallbacks"] == [
+        {"attempt": 0, "time": 1.0, "message": "bf16 -> fp32: relative error 3e-3"}
+    ]
+    assert manifest["precision"]["fallbacks"] == [
+        {"attempt": 1, "time": 2, "message": "fp16 -> bf16"}
+    ]
 
 
 def test_recipe_outputs_are_listed_and_links_and_odd_names_are_not(tmp_path: Path) -> None:

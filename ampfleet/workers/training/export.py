@@ -36,10 +36,9 @@ from ampfleet.core.artifact_names import (
     is_valid_name,
     output_name,
 )
-from ampfleet.workers.rundir import RecordWriter, RunDir
+from ampfleet.workers.rundir import FALLBACK_REASONS, RecordWriter, RunDir
 
 MANIFEST_FORMAT = 1
-FALLBACK_REASONS = {"precision_fallback": "precision", "allreduce_fallback": "allreduce_dtype"}
 # What the recipe leaves in its output folder is listed as it is; past these it is not
 # (a runaway recipe must not turn into a million rows), and the manifest says what was left.
 MAX_OUTPUT_FILES = 1000
@@ -153,7 +152,7 @@ def build_manifest(
     left_out: list[str],
 ) -> dict[str, Any]:
     spec = job["spec"]
-    fallbacks = fallbacks_seen(run_dir, job["attempt"])
+    fallbacks = fallbacks_seen(run_dir, job)
     return {
         "format": MANIFEST_FORMAT,
         "job_id": job["job_id"],
@@ -188,16 +187,24 @@ def build_manifest(
     }
 
 
-def fallbacks_seen(run_dir: RunDir, attempt: int) -> dict[str, list[dict[str, Any]]]:
-    """The fallback events of every attempt of the job whose records are on this node (the
-    earlier attempts' too: their choices carry over through the checkpoint), oldest first."""
+def fallbacks_seen(run_dir: RunDir, job: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The fallback events of every attempt of the job, oldest first: from rank 0's records
+    where the attempt's folder is on this node (this attempt's always is), else from the
+    job's events the agent put into the job file (an attempt that ran on another node)."""
     seen: dict[str, list[dict[str, Any]]] = {"precision": [], "allreduce_dtype": []}
     runs_root, job_id = run_dir.path.parents[2], run_dir.path.parents[1].name
-    for number in range(attempt + 1):
+    recorded: dict[int, list[dict[str, Any]]] = {}
+    for event in job.get("earlier_fallbacks", []):
+        recorded.setdefault(int(event["attempt"]), []).append(event)
+    for number in range(job["attempt"] + 1):
         events_file = RunDir.for_attempt(runs_root, job_id, number, 0).events_file
-        for record in _records(events_file):
+        if events_file.exists():
+            found = [r for r in _records(events_file) if r.get("kind") == "event"]
+        else:
+            found = recorded.get(number, [])
+        for record in found:
             what = FALLBACK_REASONS.get(str(record.get("reason")))
-            if record.get("kind") == "event" and what:
+            if what:
                 seen[what].append(
                     {"attempt": number, "time": record.get("time"), "message": record["message"]}
                 )

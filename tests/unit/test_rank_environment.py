@@ -1,0 +1,27 @@
+"""A rank's environment is the allow-listed part of its worker's: no platform or store
+credential reaches code the user brought."""
+
+from __future__ import annotations
+
+from ampfleet.workers.launch import rank_environment
+
+WORKER = {
+    "PATH": "/usr/bin",
+    "OMP_PROC_BIND": "close",
+    "AMPFLEET_DATABASE_URL": "postgresql://ampfleet:hunter2@db/ampfleet",
+    "AMPFLEET_SECRET_KEY": "server-secret",
+    "AMPFLEET_S3_ACCESS_KEY_ID": "store-key-id",
+    "AMPFLEET_S3_SECRET_ACCESS_KEY": "store-secret",
+    "AWS_ACCESS_KEY_ID": "aws-key-id",
+    "AWS_SECRET_ACCESS_KEY": "aws-secret",
+    "AWS_SESSION_TOKEN": "aws-token",
+}
+
+
+def test_no_credential_reaches_a_rank() -> None:
+    env = rank_environment(WORKER, procs_per_node=2)
+    assert env["PATH"] == "/usr/bin"
+    assert env["OMP_PROC_BIND"] == "close"
+    secrets = {v for k, v in WORKER.items() if k.startswith(("AMPFLEET_", "AWS_"))}
+    assert not [name for name, value in env.items() if value in secrets]
+    assert not [name for name in env if name.startswith(("AMPFLEET_", "AWS_"))]
