@@ -40,19 +40,25 @@ def record_times(events: Path) -> list[float]:
 
 
 def nodes_over_their_slots(allocations: Iterable[AllocationRow], slots: int) -> list[str]:
-    """Nodes where the unreleased rows at some moment held more slots than the node has."""
-    changes: dict[str, list[tuple[datetime, int]]] = defaultdict(list)
-    for _, _, node_id, held, created, released in allocations:
-        changes[node_id].append((created, held))
-        if released is not None:
-            changes[node_id].append((released, -held))
+    """Nodes where the unreleased rows at some moment held more slots than the node has,
+    each with the rows held at that moment."""
+    rows_of: dict[str, list[AllocationRow]] = defaultdict(list)
+    for row in allocations:
+        rows_of[row[2]].append(row)
     over = []
-    for node_id, moments in changes.items():
-        in_use = 0
-        for _, change in sorted(moments):  # at one instant a release (negative) sorts first
-            in_use += change
-            if in_use > slots:
-                over.append(node_id)
+    for node_id, rows in rows_of.items():
+        for row in rows:  # the moment a row was created, with what else was held then
+            created = row[4]
+            held = [r for r in rows if r[4] <= created and (r[5] is None or r[5] > created)]
+            if sum(r[3] for r in held) > slots:
+                over.append(
+                    f"{node_id} at {created.isoformat()}: "
+                    + "; ".join(
+                        f"{r[0]} attempt {r[1]} {r[4].isoformat()}-"
+                        f"{r[5].isoformat() if r[5] else 'unreleased'}"
+                        for r in held
+                    )
+                )
                 break
     return over
 

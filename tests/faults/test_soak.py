@@ -106,6 +106,16 @@ def test_soak_with_a_worker_killed_every_10s(make_fleet) -> None:
         f"SUCCEEDED {len(not_finished)}; {reported.summary()}; {fleet.tally()}; "
         f"next attempt started before a dead node's rows were released: {held_past_requeue}"
     )
+    for job_id in not_finished:
+        print(
+            f"{job_id} {jobs.get(job_id)}:",
+            *(
+                f"  {e['attempt']} {e['reason']}: {e['message']}"
+                for e in _events(fleet, job_id)[-8:]
+            ),
+            sep="\n",
+        )
+    print(*overbooked, sep="\n")
     assert (lost, duplicates, trained_at_once, overbooked, not_finished) == (
         [],
         [],
@@ -126,3 +136,8 @@ def _all_jobs(fleet) -> list[dict]:
         cursor = page["next_cursor"]
         if not cursor:
             return jobs
+
+
+def _events(fleet, job_id: str) -> list[dict]:
+    answer = fleet.http.get(f"/v1/jobs/{job_id}/events", params={"limit": 500})
+    return list(answer.json()["items"])

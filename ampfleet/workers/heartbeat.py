@@ -1,0 +1,101 @@
+"""Each rank's heartbeat from inside the training loop: the phase it entered, at which step,
+and when.
+
+A rank stores one fixed-size record into a small memory-mapped file of its run folder at
+every phase boundary (data, forward, backward, optimizer, evaluation, checkpoint): a copy
+into shared memory, no system call, so it costs nothing measurable on every step. The node
+agent reads its ranks' files. A rank stuck in a collective that never returns stops beating,
+and so do the ranks that wait for it in the next one: the attempt is hung when no rank has
+beaten for the job's hang timeout, and the phases they were last seen entering say which
+rank stopped first, and where.
+
+The record is written under a sequence number (odd while it is written), so a reader never
+takes half of one write for a beat.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+_SEQUENCE = struct.Struct("<Q")
+_BODY = struct.Struct("<dq16s")  # wall time, step, phase
+SIZE = _SEQUENCE.size + _BODY.size
+FILE_PREFIX = "heartbeat-rank"
+
+
+@dataclass(frozen=True)
+class Beat:
+    rank: int
+    time: float
+    """time.time() as the rank entered the phase."""
+    step: int
+    phase: str
+
+
+class Heartbeat:
+    """The writing side, one per rank."""
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.ftruncate(fd, SIZE)
+            self._map = mmap.mmap(fd, SIZE)
+        finally:
+            os.close(fd)
+        self._sequence = 0
+
+    def beat(self, step: int, phase: str) -> None:
+        self._sequence += 1
+        self._map[: _SEQUENCE.size] = _SEQUENCE.pack(self._sequence * 2 - 1)
+        self._map[_SEQUENCE.size :] = _BODY.pack(self._clock(), step, phase.encode()[:16])
+        self._map[: _SEQUENCE.size] = _SEQUENCE.pack(self._sequence * 2)
+
+    def close(self) -> None:
+        self._map.close()
+
+
+def heartbeat_file(folder: Path, rank: int) -> Path:
+    return folder / f"{FILE_PREFIX}{rank}"
+
+
+def read_beats(folder: Path) -> list[Beat]:
+    """The last beat of each rank with a heartbeat file in `folder` that has beaten."""
+    beats = []
+    for path in sorted(folder.glob(f"{FILE_PREFIX}*")):
+        rank = path.name.removeprefix(FILE_PREFIX)
+        beat = _read(path, int(rank)) if rank.isdigit() else None
+        if beat is not None:
+            beats.append(beat)
+    return beats
+
+
+def _read(path: Path, rank: int, tries: int = 5) -> Beat | None:
+    try:
+        with path.open("rb") as file, mmap.mmap(file.fileno(), SIZE, prot=mmap.PROT_READ) as view:
+            for _ in range(tries):
+                (before,) = _SEQUENCE.unpack(view[: _SEQUENCE.size])
+                body = view[_SEQUENCE.size : SIZE]
+                (after,) = _SEQUENCE.unpack(view[: _SEQUENCE.size])
+                if before == 0:
+                    return None  # created, never beaten
+                if before == after and before % 2 == 0:
+                    wall, step, phase = _BODY.unpack(body)
+                    return Beat(rank, wall, step, phase.rstrip(b"\0").decode(errors="replace"))
+    except (OSError, ValueError):  # gone, or not (yet) its full size
+        return None
+    return None  # written to on every try: it is beating
+
+
+def describe(beats: list[Beat], now: float) -> str:
+    """Each rank's last beat, the one that stopped first first."""
+    return "; ".join(
+        f"rank {b.rank} last entered {b.phase} at step {b.step}, {now - b.time:.0f}s ago"
+        for b in sorted(beats, key=lambda b: b.time)
+    )

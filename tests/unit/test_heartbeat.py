@@ -1,0 +1,59 @@
+"""Ranks' heartbeats: what one wrote is what the agent reads, never half a write."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from ampfleet.workers.heartbeat import Heartbeat, describe, heartbeat_file, read_beats
+
+
+def test_the_last_beat_of_each_rank_is_read(tmp_path: Path) -> None:
+    clock = iter([100.0, 101.0, 102.5])
+    zero = Heartbeat(heartbeat_file(tmp_path, 0), clock=lambda: next(clock))
+    one = Heartbeat(heartbeat_file(tmp_path, 1), clock=lambda: next(clock))
+    assert read_beats(tmp_path) == []  # created, never beaten
+    zero.beat(41, "backward")
+    one.beat(41, "optimizer")
+    zero.beat(42, "forward")
+    beats = read_beats(tmp_path)
+    assert [(b.rank, b.time, b.step, b.phase) for b in beats] == [
+        (0, 102.5, 42, "forward"),
+        (1, 101.0, 41, "optimizer"),
+    ]
+    assert describe(beats, now=110.0) == (
+        "rank 1 last entered optimizer at step 41, 9s ago; "
+        "rank 0 last entered forward at step 42, 8s ago"
+    )
+    zero.close()
+    one.close()
+
+
+def test_a_reader_never_sees_half_a_beat(tmp_path: Path) -> None:
+    writer = Heartbeat(heartbeat_file(tmp_path, 3))
+    writer.beat(0, "data")
+    done = threading.Event()
+
+    def beat_fast() -> None:
+        step = 0
+        while not done.is_set():
+            step += 1
+            writer.beat(step, "backward" if step % 2 else "evaluate")
+
+    thread = threading.Thread(target=beat_fast)
+    thread.start()
+    try:
+        seen = [b for _ in range(3000) for b in read_beats(tmp_path)]
+    finally:
+        done.set()
+        thread.join()
+    assert seen
+    # Odd steps were written with backward, even ones with evaluate: a torn read mixes them.
+    assert [b for b in seen if b.phase != ("backward" if b.step % 2 else "evaluate")] == []
+    writer.close()
+
+
+def test_stray_and_short_files_are_not_beats(tmp_path: Path) -> None:
+    (tmp_path / "heartbeat-rankx").write_bytes(b"\1" * 40)
+    (tmp_path / "heartbeat-rank2").write_bytes(b"\1\2")
+    assert read_beats(tmp_path) == []
