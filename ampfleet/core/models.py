@@ -177,6 +177,9 @@ class Node(Base):
     )
     labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
     state: Mapped[str] = mapped_column(String(16), default="ready", comment="ready | cordoned")
+    state_reason: Mapped[str | None] = mapped_column(
+        Text, comment="why it is cordoned: by an operator, or automatically"
+    )
     registered_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
 

@@ -113,8 +113,18 @@ class Settings(BaseSettings):
         120.0, gt=0, description="SCHEDULED/STARTING longer is requeued."
     )
     cancel_grace_s: float = Field(5.0, ge=0, description="SIGTERM to SIGKILL delay on cancel.")
-    stall_timeout_s: float = Field(
-        600.0, gt=0, description="A running job that reports nothing this long is restarted."
+    hang_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="A running job none of whose ranks moves to another phase of its step "
+        "this long is hung: its stacks are dumped and it restarts (a job's "
+        "monitoring.hang_timeout_s overrides it).",
+    )
+    cordon_after_hangs: int = Field(
+        3, ge=0, description="A node where this many attempts hung is cordoned; 0: never."
+    )
+    hang_window_s: float = Field(
+        3600.0, gt=0, description="How far back the hangs that cordon a node are counted."
     )
     preempt_grace_s: float = Field(
         120.0, ge=0, description="How long preempted ranks get to checkpoint before SIGKILL."

@@ -152,6 +152,33 @@ class ExportPolicy(_Strict):
     )
 
 
+class Monitoring(_Strict):
+    """What the platform watches in a running job, and when it acts."""
+
+    hang_timeout_s: int | None = Field(
+        None,
+        ge=10,
+        le=7 * 24 * 3600,
+        description="No rank moving on to another phase of its step (data, forward, backward, "
+        "optimizer, evaluation, checkpoint) for this long is a hang: every rank's Python "
+        "stacks go to its log and the attempt restarts from its checkpoint. Default: the "
+        "node's AMPFLEET_HANG_TIMEOUT_S.",
+    )
+    straggler_factor: float = Field(
+        1.5,
+        ge=1.05,
+        le=100,
+        description="A rank whose compute time per step is this many times the other ranks' "
+        "median ...",
+    )
+    straggler_reports: int = Field(
+        3,
+        ge=1,
+        le=1000,
+        description="... on this many reported steps in a row is a straggler (an event).",
+    )
+
+
 class Parallelism(_Strict):
     """How the ranks share the model: every rank a whole replica (DDP), or each rank a shard
     of the fp32 master weights and optimizer states (FSDP2, gathered per block for compute
@@ -251,6 +278,7 @@ class JobSpec(_Strict):
     stop: Stop = Field(default_factory=lambda: Stop(max_steps=100))
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    monitoring: Monitoring = Field(default_factory=Monitoring)
     export: ExportPolicy = Field(default_factory=ExportPolicy)
     priority: Priority = Priority.NORMAL
     labels: dict[SafeName, LabelValue] = Field(default_factory=dict, max_length=64)

@@ -182,6 +182,8 @@ class NodeAgent:
                 allocations[0].rendezvous = rendezvous
             brought = self._brought(job)
             brought["earlier_fallbacks"] = earlier_fallbacks(session, job.id, job.attempt)
+            # torchrun numbers ranks node by node, in node-rank order.
+            brought["rank_nodes"] = [a.node_id for a in allocations for _ in range(a.slots)]
             run_dir = self._prepare_run_dir(job, node_rank, brought)
             stop = Stop.model_validate(job.resolved["stop"])
             return LaunchRequest(
@@ -194,6 +196,7 @@ class NodeAgent:
                 run_dir=run_dir,
                 max_runtime_s=stop.max_runtime_s,
                 runtime_only=stop.runtime_only,
+                hang_timeout_s=(job.resolved.get("monitoring") or {}).get("hang_timeout_s"),
                 code_dir=brought.get("code_dir"),
                 input_paths=tuple(brought["inputs"].values()),
                 python=brought.get("python"),

@@ -7,7 +7,7 @@ into shared memory, no system call, so it costs nothing measurable on every step
 agent reads its ranks' files. A rank stuck in a collective that never returns stops beating,
 and so do the ranks that wait for it in the next one: the attempt is hung when no rank has
 beaten for the job's hang timeout, and the phases they were last seen entering say which
-rank stopped first, and where.
+rank is furthest behind (the one the others wait for), and where.
 
 The record is written under a sequence number (odd while it is written), so a reader never
 takes half of one write for a beat.
@@ -27,6 +27,8 @@ _SEQUENCE = struct.Struct("<Q")
 _BODY = struct.Struct("<dq16s")  # wall time, step, phase
 SIZE = _SEQUENCE.size + _BODY.size
 FILE_PREFIX = "heartbeat-rank"
+PHASES = ("data", "forward", "backward", "optimizer", "report", "stop_check")
+"""The order of a step's phases; the run's own (evaluation, checkpoint) come after them."""
 
 
 @dataclass(frozen=True)
@@ -93,9 +95,15 @@ def _read(path: Path, rank: int, tries: int = 5) -> Beat | None:
     return None  # written to on every try: it is beating
 
 
+def furthest_behind_first(beats: list[Beat]) -> list[Beat]:
+    """By how far each rank got: step, then phase within it, then when."""
+    order = {phase: index for index, phase in enumerate(PHASES)}
+    return sorted(beats, key=lambda b: (b.step, order.get(b.phase, len(PHASES)), b.time))
+
+
 def describe(beats: list[Beat], now: float) -> str:
-    """Each rank's last beat, the one that stopped first first."""
+    """Each rank's last beat, the rank furthest behind first."""
     return "; ".join(
         f"rank {b.rank} last entered {b.phase} at step {b.step}, {now - b.time:.0f}s ago"
-        for b in sorted(beats, key=lambda b: b.time)
+        for b in furthest_behind_first(beats)
     )

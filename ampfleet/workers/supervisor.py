@@ -28,10 +28,12 @@ from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import record_event, requeue_or_fail, transition
 from ampfleet.core.messaging import wake_scheduler
 from ampfleet.core.models import Job
+from ampfleet.core.node_health import HUNG, cordon_if_hanging
 from ampfleet.core.sandbox import sandboxed
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
 from ampfleet.workers.gpus import GpuPool, device_nodes
+from ampfleet.workers.heartbeat import Beat, describe, read_beats
 from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs, store_points
 from ampfleet.workers.launch import launch_command, rank_environment, torchrun_args
 from ampfleet.workers.limits import RankLimits, TaskGroup
@@ -59,6 +61,8 @@ class LaunchRequest:
     code_dir: str | None = None  # set: the ranks run bundled code, in the sandbox if on
     input_paths: tuple[str, ...] = ()  # the job's inputs on this node: read-only in the sandbox
     python: str | None = None  # the interpreter of its code.requirements, if it has any
+    hang_timeout_s: float | None = None
+    """The job's monitoring.hang_timeout_s; None: the node's."""
     runtime_only: bool = False
     """max_runtime_s is how long to train: the ranks stop themselves and finish the run;
     the agent stops them (TIMED_OUT) only if they are still at it a preemption grace later."""
@@ -76,11 +80,14 @@ class RunningAttempt:
     gpus: tuple[int, ...] | None = None
     """The indices of this node's GPUs its ranks see (CUDA_VISIBLE_DEVICES)."""
     started: float = field(default_factory=time.monotonic)
-    last_news: float = field(default_factory=time.monotonic)
-    """When rank 0 last reported anything: a hung rank stalls every rank's collectives."""
+    last_news: float = field(default_factory=time.time)
+    """When rank 0 last reported anything (wall clock, as the ranks' heartbeats are)."""
+    beats: list[Beat] = field(default_factory=list)
+    """Each rank's last heartbeat, as last read: a rank that hangs stops beating, and so
+    does every rank that waits for it in a collective."""
     heard_from: bool = False
     """Rank 0 has reported at least once: start-up (imports, data, rendezvous) is over."""
-    stop_reason: str | None = None  # cancel | timeout | superseded | preempt | stalled
+    stop_reason: str | None = None  # cancel | timeout | superseded | preempt | hung
     kill_at: float | None = None
     feed: AttemptFeed = field(init=False)
     exited_at: float | None = None
@@ -332,8 +339,8 @@ class Supervisor:
             self._stop_attempt(attempt, "preempt")
         elif self._past_runtime(attempt):
             self._stop_attempt(attempt, "timeout")
-        elif time.monotonic() - attempt.last_news > self._silence_allowed(attempt):
-            self._stop_attempt(attempt, "stalled")
+        elif self._silent_for(attempt) > self._silence_allowed(attempt):
+            self._stop_attempt(attempt, "hung")
 
     def _past_runtime(self, attempt: RunningAttempt) -> bool:
         """Past stop.max_runtime_s; a runtime-only job's ranks get a grace after it to
@@ -344,20 +351,31 @@ class Supervisor:
         grace = self.settings.preempt_grace_s if request.runtime_only else 0.0
         return time.monotonic() - attempt.started > request.max_runtime_s + grace
 
+    def _silent_for(self, attempt: RunningAttempt) -> float:
+        """Seconds since any rank of this node beat, or rank 0 last reported, if later."""
+        attempt.beats = read_beats(attempt.request.run_dir.path) or attempt.beats
+        if attempt.beats:
+            attempt.heard_from = True
+        latest = max([attempt.last_news, *(beat.time for beat in attempt.beats)])
+        return time.time() - latest
+
+    def _hang_timeout(self, attempt: RunningAttempt) -> float:
+        return attempt.request.hang_timeout_s or self.settings.hang_timeout_s
+
     def _silence_allowed(self, attempt: RunningAttempt) -> float:
-        """The stall timeout is for a running job; until rank 0 first reports, its ranks are
-        still starting (importing torch, building data, meeting at the rendezvous), which on
-        a busy node can outlast a short stall timeout, so start-up gets the start timeout."""
+        """The hang timeout is for a running job; until its ranks first beat or report, they
+        are still starting (importing torch, building data, meeting at the rendezvous), which
+        on a busy node can outlast a short hang timeout, so start-up gets the start timeout."""
         if attempt.heard_from:
-            return self.settings.stall_timeout_s
-        return max(self.settings.stall_timeout_s, self.settings.start_timeout_s)
+            return self._hang_timeout(attempt)
+        return max(self._hang_timeout(attempt), self.settings.start_timeout_s)
 
     def _stop_attempt(self, attempt: RunningAttempt, reason: str) -> None:
         if attempt.stop_reason:
             return
         attempt.stop_reason = reason
         log.info("stopping %s attempt %s: %s", *attempt.key, reason)
-        if reason == "stalled":
+        if reason == "hung":
             # Every rank's stacks into its stderr log, before it stops: which one hung
             # where, and which wait for it in a collective.
             for pid in attempt.telemetry.rank_pids():
@@ -389,7 +407,7 @@ class Supervisor:
             return  # fenced out: left unread, for the next attempt to adopt what it covers
         records = attempt.reader.read_new()
         if records:
-            attempt.last_news = time.monotonic()
+            attempt.last_news = time.time()
             attempt.heard_from = True
         apply_records(session, job, request.attempt, records, attempt.feed, self.settings)
         ship_logs(session, job, request.attempt, attempt.feed, self.settings)
@@ -452,16 +470,8 @@ class Supervisor:
                 ),
                 failure_reason=f"exceeded max_runtime_s={request.max_runtime_s}",
             )
-        elif attempt.stop_reason == "stalled":
-            requeue_or_fail(
-                session,
-                job_id,
-                number,
-                reason="stalled",
-                message=f"no progress reported for {self.settings.stall_timeout_s:.0f}s: a rank "
-                "hung, or every rank waits for one in a collective (each rank's Python stacks "
-                "at the stall are in its stderr log)",
-            )
+        elif attempt.stop_reason == "hung":
+            self._record_hang(session, attempt)
         elif attempt.stop_reason == "preempt":
             self._record_preempted(session, attempt)
         elif code == 0:
@@ -476,6 +486,25 @@ class Supervisor:
             )
         else:
             self._record_failure(session, attempt, code)
+
+    def _record_hang(self, session: Session, attempt: RunningAttempt) -> None:
+        """Restart it (or fail it, past its restarts), saying where each rank was; a node
+        where attempts keep hanging is cordoned."""
+        request = attempt.request
+        where = describe(attempt.beats, time.time()) if attempt.beats else "no rank had beaten"
+        requeue_or_fail(
+            session,
+            request.job_id,
+            request.attempt,
+            reason=HUNG,
+            message=f"no rank on node {self.settings.node_name} moved on for "
+            f"{self._hang_timeout(attempt):.0f}s (the hang timeout): {where}. The rank "
+            "furthest behind is the likely culprit, the others wait for it in a collective; "
+            "each rank's Python stacks at the hang are in its stderr log",
+        )
+        job = session.get(Job, request.job_id)
+        if job is not None:
+            cordon_if_hanging(session, self.settings.node_name, job, self.settings)
 
     def _record_preempted(self, session: Session, attempt: RunningAttempt) -> None:
         job_id, number = attempt.key

@@ -50,6 +50,16 @@ BAD_SPECS = [
     ),
     pytest.param(job_spec(name="../../etc/passwd"), "name", id="path-in-name"),
     pytest.param({"resources": {"nodes": 1}}, "recipe", id="missing-recipe"),
+    pytest.param(
+        job_spec(monitoring={"hang_timeout_s": 5}),
+        "monitoring.hang_timeout_s",
+        id="hang-timeout-too-short",
+    ),
+    pytest.param(
+        job_spec(monitoring={"straggler_factor": 1.0}),
+        "monitoring.straggler_factor",
+        id="straggler-factor-not-above-1",
+    ),
 ]
 
 

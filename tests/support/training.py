@@ -21,9 +21,15 @@ class RiggedLoss:
     """Counts loss calls (one per step without accumulation) and rigs chosen ones."""
 
     def __init__(
-        self, inner: Any, *, inf_calls: range | None = None, crash_call: int | None = None
+        self,
+        inner: Any,
+        *,
+        inf_calls: range | None = None,
+        crash_call: int | None = None,
+        delay_s: float = 0.0,
     ) -> None:
         self.inner = inner
+        self.delay_s = delay_s
         self.inf_calls = inf_calls or range(0)
         self.crash_call = crash_call
         self.calls = 0
@@ -33,6 +39,8 @@ class RiggedLoss:
         self.calls += 1
         if call == self.crash_call:
             raise RuntimeError(f"injected crash at loss call {call}")
+        if self.delay_s:
+            time.sleep(self.delay_s)  # a slower device: more compute time in forward
         loss: torch.Tensor = self.inner(model, batch)
         return loss * float("inf") if call in self.inf_calls else loss
 
@@ -61,11 +69,16 @@ def train_recipe(
     guard_every: int = 50,
     checkpoint_writer: Callable[[Path], Any] | None = None,
     profiles: bool = False,
+    in_run_dir: bool = False,
+    slow_rank: tuple[int, float] | None = None,
+    monitoring: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One rank's run; rank 0's records land in out_dir/events.jsonl. `runtime_s` with
     `max_steps=None`: a runtime-only job, training that long from here. `parallelism`: the
     spec's other options beside the strategy (activation checkpointing, compile).
-    `profiles`: out_dir is also the run folder profile requests arrive in."""
+    `profiles`: out_dir is also the run folder profile requests arrive in; `in_run_dir`: out_dir
+    is the run folder (the ranks beat there). `slow_rank`: (rank, seconds) added to each of
+    that rank's forward passes. `monitoring`: LoopConfig's straggler fields."""
     torch.manual_seed(seed)
     definition = get_recipe(recipe)
     task = definition.build(
@@ -73,7 +86,10 @@ def train_recipe(
         RecipeContext(rank, world_size, torch.device("cpu"), seed),
     )
     task.loss = RiggedLoss(
-        task.loss, inf_calls=range(*inf_calls) if inf_calls else None, crash_call=crash_call
+        task.loss,
+        inf_calls=range(*inf_calls) if inf_calls else None,
+        crash_call=crash_call,
+        delay_s=slow_rank[1] if slow_rank and slow_rank[0] == rank else 0.0,
     )
     torch.manual_seed(seed + rank)
     cfg = LoopConfig(
@@ -96,7 +112,8 @@ def train_recipe(
         guard_every_steps=guard_every,
         parallel=ParallelConfig(strategy=strategy, **(parallelism or {})),
         train_until=None if runtime_s is None else time.monotonic() + runtime_s,
-        run_dir=Path(out_dir) if profiles else None,
+        run_dir=Path(out_dir) if profiles or in_run_dir else None,
+        **(monitoring or {}),
     )
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     writer = RecordWriter(Path(out_dir) / "events.jsonl", flush_s) if rank == 0 else None

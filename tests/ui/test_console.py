@@ -348,7 +348,13 @@ def test_fleet_page_shows_the_node_and_the_queue(
         expect(queued.locator(".position")).to_have_text("1")
         expect(queued.locator(".pending-reason")).not_to_have_text("—")
         save_screenshot(page, "fleet-page.png", capsys)
+        fleet.http.post("/v1/nodes/node-a/cordon").raise_for_status()
+        expect(node.locator(".node-cordoned")).to_have_text("cordoned")
+        expect(node.locator(".state-reason")).to_have_text("cordoned by an operator")
+        fleet.http.post("/v1/nodes/node-a/uncordon").raise_for_status()
+        expect(node.locator(".state-reason")).to_have_count(0)
     finally:
+        fleet.http.post("/v1/nodes/node-a/uncordon")
         for job in (waiting, blocker):
             if job:
                 cancel_quietly(fleet, str(job["id"]))

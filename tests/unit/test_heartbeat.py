@@ -5,7 +5,14 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from ampfleet.workers.heartbeat import Heartbeat, describe, heartbeat_file, read_beats
+from ampfleet.workers.heartbeat import (
+    Beat,
+    Heartbeat,
+    describe,
+    furthest_behind_first,
+    heartbeat_file,
+    read_beats,
+)
 
 
 def test_the_last_beat_of_each_rank_is_read(tmp_path: Path) -> None:
@@ -27,6 +34,15 @@ def test_the_last_beat_of_each_rank_is_read(tmp_path: Path) -> None:
     )
     zero.close()
     one.close()
+
+
+def test_the_rank_furthest_behind_comes_first_whenever_it_beat() -> None:
+    """A slow rank enters the forward of a step after its peer entered that step's backward
+    (where it waits for the slow one): behind, though it beat later."""
+    peer = Beat(rank=0, time=100.0, step=189, phase="backward")
+    slow = Beat(rank=1, time=103.0, step=189, phase="forward")
+    done = Beat(rank=2, time=99.0, step=189, phase="checkpoint")
+    assert furthest_behind_first([peer, done, slow]) == [slow, peer, done]
 
 
 def test_a_reader_never_sees_half_a_beat(tmp_path: Path) -> None:

@@ -32,7 +32,8 @@ def list_nodes(session: SessionDep, _principal: CurrentPrincipal) -> NodeList:
     summary="Place no new work on the node; what runs there keeps running",
 )
 def cordon(node_id: str, session: SessionDep, _admin: AdminPrincipal) -> NodeOut:
-    return service.describe(session, service.set_state(session, node_id, "cordoned"))
+    node = service.set_state(session, node_id, "cordoned", "cordoned by an operator")
+    return service.describe(session, node)
 
 
 @router.post(

@@ -19,6 +19,10 @@ class NodeOut(BaseModel):
     )
     labels: dict[str, str]
     state: str = Field(description="`ready` or `cordoned`.")
+    state_reason: str | None = Field(
+        description="Why it is cordoned: by an operator, or by the platform after attempts "
+        "hung there repeatedly (AMPFLEET_CORDON_AFTER_HANGS); none when ready."
+    )
     alive: bool = Field(description="Heartbeat seen within the node timeout.")
     last_heartbeat_at: datetime
     heartbeat_age_seconds: float

@@ -29,6 +29,7 @@ def to_out(node: Node, used: int, now: datetime) -> NodeOut:
         memory_mb=node.memory_mb,
         labels=node.labels,
         state=node.state,
+        state_reason=node.state_reason,
         alive=is_alive(node.last_heartbeat_at, now, get_settings().node_timeout_s),
         last_heartbeat_at=node.last_heartbeat_at,
         heartbeat_age_seconds=round(heartbeat_age_s(node.last_heartbeat_at, now), 3),
@@ -54,9 +55,9 @@ def get(session: Session, node_id: str) -> Node:
     return node
 
 
-def set_state(session: Session, node_id: str, state: str) -> Node:
+def set_state(session: Session, node_id: str, state: str, reason: str | None = None) -> Node:
     node = get(session, node_id)
-    node.state = state
+    node.state, node.state_reason = state, reason
     session.flush()
     return node
 
@@ -64,7 +65,7 @@ def set_state(session: Session, node_id: str, state: str) -> Node:
 def drain(session: Session, node_id: str) -> tuple[Node, list[str]]:
     """Cordon the node and preempt what runs there: each job checkpoints and goes back to
     the queue, to be placed elsewhere. Returns the preempted job ids."""
-    node = set_state(session, node_id, "cordoned")
+    node = set_state(session, node_id, "cordoned", "drained by an operator")
     jobs = session.execute(
         select(Job.id, Job.attempt)
         .join(Allocation, (Allocation.job_id == Job.id) & (Allocation.attempt == Job.attempt))

@@ -159,6 +159,9 @@ def run(
         ranks_on_node=ranks_on_node,
         train_until=train_until(spec.stop, started),
         run_dir=run_dir.path,
+        straggler_factor=spec.monitoring.straggler_factor,
+        straggler_reports=spec.monitoring.straggler_reports,
+        rank_nodes=tuple(job.get("rank_nodes", ())),
     )
     writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
     try:

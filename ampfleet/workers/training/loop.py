@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.utils.data import DataLoader, DistributedSampler
 
+from ampfleet.workers.heartbeat import Heartbeat, heartbeat_file
 from ampfleet.workers.rundir import RecordWriter, RunDir
 from ampfleet.workers.training import checkpoint
 from ampfleet.workers.training.allreduce import (
@@ -47,6 +48,7 @@ from ampfleet.workers.training.precision import (
 )
 from ampfleet.workers.training.profiling import StepProfiler
 from ampfleet.workers.training.reporting import StepOutcome, StepReporter
+from ampfleet.workers.training.stragglers import StragglerWatch
 from ampfleet.workers.training.task import Batch, TrainingTask
 from ampfleet.workers.training.timing import StepTimer
 
@@ -116,7 +118,13 @@ class LoopConfig:
     the next stop check) and finish the run; its learning rate decays over that time."""
     run_dir: Path | None = None
     """The attempt's run folder: profile requests arrive there and their traces are written
-    there (profiling.py). None: no profiles."""
+    there (profiling.py), and the rank beats there (heartbeat.py). None: neither."""
+    straggler_factor: float = 1.5
+    straggler_reports: int = 3
+    """A rank this many times slower than the others' median for this many reported steps
+    in a row is a straggler (stragglers.py)."""
+    rank_nodes: tuple[str, ...] = ()
+    """The node each rank runs on, by rank, where the agent said."""
 
 
 def lr_at(step: int, *, base: float, warmup: int, progress: float) -> float:
@@ -224,6 +232,10 @@ class Trainer:
         self.preempted = False
         self.allreduce_switch_reported = False
         self.batches: Iterator[Batch] = iter(())
+        self.heartbeat = (
+            Heartbeat(heartbeat_file(cfg.run_dir, cfg.rank)) if cfg.run_dir is not None else None
+        )
+        """Where this rank says which phase it is in (the node agent's hang detection)."""
         self.profiler = StepProfiler(
             RunDir(cfg.run_dir) if cfg.run_dir is not None else None,
             rank=cfg.rank,
@@ -243,7 +255,15 @@ class Trainer:
             peak=self.peak,
             total_steps=self.total_steps,
             record=self._record,
+            stragglers=StragglerWatch(
+                cfg.straggler_factor, cfg.straggler_reports, dict(enumerate(cfg.rank_nodes))
+            ),
         )
+
+    def _beat(self, phase: str, step: int | None = None) -> None:
+        """This rank entered `phase`: of the step it is taking, or after the steps done."""
+        if self.heartbeat is not None:
+            self.heartbeat.beat(self.step if step is None else step, phase)
 
     # -- the run --------------------------------------------------------------------------
 
@@ -254,6 +274,8 @@ class Trainer:
             # A live communication thread at interpreter exit aborts the process.
             self.comm.close()
             self.checkpoints.close()
+            if self.heartbeat is not None:
+                self.heartbeat.close()
 
     def _run(self) -> dict[str, float]:
         restored = self._restore()
@@ -297,6 +319,7 @@ class Trainer:
             self._after_step()
             if self.step % STOP_CHECK_EVERY != 0:
                 continue
+            self._beat("stop_check")
             preempted, time_up = self._stop_agreed()
             if preempted:
                 # Preempted: leave a checkpoint at this exact step and exit cleanly.
@@ -324,6 +347,8 @@ class Trainer:
         """One optimizer step, reported when it is a step to report: its metrics, else {}."""
         with self.profiler.stepping(self.step + 1):
             outcome = self.train_step()
+        if outcome.reporting:
+            self._beat("report")
         metrics = self.reporter.report(outcome) if outcome.reporting else {}
         self.profiler.after_step(outcome)
         return metrics
@@ -336,6 +361,7 @@ class Trainer:
             self.device,
             enabled=reporting or self.profiler.capturing,
             annotate=self.profiler.tracing,
+            beat=lambda phase: self._beat(phase, self.step + 1),
         )
         started = time.perf_counter()
         lr = self._begin_step()
@@ -575,6 +601,7 @@ class Trainer:
         task, cfg = self.task, self.cfg
         if task.val_dataset is None:
             return {}
+        self._beat("evaluate")
         sampler: DistributedSampler[Any] = DistributedSampler(
             task.val_dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=False
         )
@@ -602,6 +629,7 @@ class Trainer:
 
     def _save(self) -> None:
         """Starts a checkpoint of this step; training goes on while it is persisted."""
+        self._beat("checkpoint")
         model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
         meta = {
             "micro_batches_consumed": self.step * self.task.grad_accum_steps,

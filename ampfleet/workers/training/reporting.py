@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from ampfleet.workers.training.flops import Peak, StepFlops, utilisation
 from ampfleet.workers.training.parallel import MB, peak_memory_bytes
+from ampfleet.workers.training.stragglers import StragglerWatch
 from ampfleet.workers.training.timing import StepTimer
 
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
@@ -68,6 +69,7 @@ class StepReporter:
         peak: Peak | None,
         total_steps: int | None,
         record: Record,
+        stragglers: StragglerWatch | None = None,
     ) -> None:
         self.rank = rank
         self.world_size = world_size
@@ -78,11 +80,19 @@ class StepReporter:
         self.peak = peak
         self.total_steps = total_steps
         self.record = record
+        self.stragglers = stragglers
         self.compute_reported = False
 
     def report(self, outcome: StepOutcome) -> dict[str, float]:
         """The step's metrics, written and printed. Every rank calls it on a reported step."""
         metrics = self._metrics(outcome)
+        if self.stragglers is not None:
+            compute = [metrics[f"compute_s_rank{r}"] for r in range(self.world_size)]
+            ratio, events = self.stragglers.observe(outcome.step, compute)
+            if ratio is not None:
+                metrics["straggler_ratio"] = ratio
+            for message in events:
+                self.record("event", reason="straggler", message=message)
         if not self.compute_reported:
             self.compute_reported = True
             where = f"{self.device} in {outcome.precision}"

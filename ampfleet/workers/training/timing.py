@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.profiler import record_function
@@ -17,8 +17,16 @@ class StepTimer:
     synchronised at phase boundaries, so only steps that are reported (or profiled) are timed
     there."""
 
-    def __init__(self, device: torch.device, enabled: bool, annotate: bool = False) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        enabled: bool,
+        annotate: bool = False,
+        beat: Callable[[str], None] | None = None,
+    ) -> None:
         self.enabled = enabled
+        self.beat = beat
+        """Told each phase as it begins, timed or not: the rank's heartbeat."""
         self.annotate = annotate
         """Each phase is also a range in a running torch.profiler's trace."""
         self._cuda = device.type == "cuda" and enabled
@@ -30,6 +38,8 @@ class StepTimer:
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        if self.beat is not None:
+            self.beat(name)
         if not self.enabled:
             yield
             return

@@ -1,4 +1,5 @@
-// Fleet: every node's slots (one box per GPU or CPU slot), liveness and heartbeat age; the
+// Fleet: every node's slots (one box per GPU or CPU slot), liveness, heartbeat age and why it is
+// cordoned (an operator, or the platform after repeated hangs); the
 // queue in the order the scheduler will consider it (GET /v1/queue, ordered on the server),
 // with why each job waits. Queue rows are updated in place on each refresh.
 import { api } from "../api.js";
@@ -16,7 +17,8 @@ function nodeCard(node) {
     h("header", {},
       h("strong", { class: "node-id" }, node.id), " ",
       h("span", { class: `badge node-${health}` }, health), " ",
-      h("span", { class: `badge node-${node.state}` }, node.state)),
+      h("span", { class: `badge node-${node.state}`, title: node.state_reason || "" }, node.state)),
+    node.state_reason ? h("div", { class: "small state-reason" }, node.state_reason) : null,
     h("div", { class: "muted small" },
       node.accelerator === "cuda"
         ? `${node.gpu_model || "GPU"}${node.gpu_memory_mb ? `, ${num(node.gpu_memory_mb / 1024)} GiB` : ""}`
