@@ -44,6 +44,8 @@ from ampfleet.workers.training.entry import PARENT_PID_VARIABLE, STACKS_SIGNAL
 from ampfleet.workers.uploads import ArtifactUploader
 
 log = logging.getLogger(__name__)
+HUNG_KILL_AFTER_S = 2.0
+"""How long a hung attempt's ranks get between their stacks and SIGKILL."""
 # The states a launched attempt's ranks may end from, by exiting on their own.
 EXITABLE = LAUNCHED_STATES | {JobState.CANCELLING}
 
@@ -385,6 +387,12 @@ class Supervisor:
             # SIGUSR1: the ranks checkpoint at the next step boundary and exit (entry.py).
             attempt.kill_at = time.monotonic() + self.settings.preempt_grace_s
             _signal_group(attempt.process, signal.SIGUSR1)
+        elif reason == "hung":
+            # A hung rank, and the ranks waiting for it inside a collective, are in C code:
+            # Python never runs their SIGTERM handler, so the cancel grace would only delay
+            # the restart. Their stacks come from faulthandler's own signal handler at once.
+            attempt.kill_at = time.monotonic() + HUNG_KILL_AFTER_S
+            _signal_group(attempt.process, signal.SIGTERM)
         else:
             attempt.kill_at = time.monotonic() + self.settings.cancel_grace_s
             _signal_group(attempt.process, signal.SIGTERM)
