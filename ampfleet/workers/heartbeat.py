@@ -2,7 +2,8 @@
 and when.
 
 A rank stores one fixed-size record into a small memory-mapped file of its run folder at
-every phase boundary (data, forward, backward, optimizer, evaluation, checkpoint): a copy
+every phase boundary (data, forward, backward, each gradient bucket handed to the
+AllReduce, optimizer, report, evaluation, checkpoint): a copy
 into shared memory, no system call, so it costs nothing measurable on every step. The node
 agent reads its ranks' files. A rank stuck in a collective that never returns stops beating,
 and so do the ranks that wait for it in the next one: the attempt is hung when no rank has
@@ -27,7 +28,7 @@ _SEQUENCE = struct.Struct("<Q")
 _BODY = struct.Struct("<dq16s")  # wall time, step, phase
 SIZE = _SEQUENCE.size + _BODY.size
 FILE_PREFIX = "heartbeat-rank"
-PHASES = ("data", "forward", "backward", "optimizer", "report", "stop_check")
+PHASES = ("data", "forward", "backward", "allreduce", "optimizer", "report", "stop_check")
 """The order of a step's phases; the run's own (evaluation, checkpoint) come after them."""
 
 

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 from ampfleet.core.models import Allocation, JobEvent, OutboxMessage
+from ampfleet.workers.heartbeat import PHASES
 from tests.faults.reported import count_reported
 from tests.support.env import environment
 from tests.support.factories import job_spec
@@ -200,8 +201,13 @@ def test_a_hung_rank_is_named_its_stacks_logged_and_its_node_cordoned(make_fleet
     events = fleet.events(job["id"])
     hung = next(e for e in events if e["reason"] == "hung")
     assert "no rank on node node-a moved on for 10s (the hang timeout)" in hung["message"]
-    # rank 1 is behind (stopped in a step); rank 0 went on into the collective and waits.
-    assert hung["message"].index("rank 1 last entered") < hung["message"].index("rank 0 last")
+    # Both ranks named, the one furthest behind first (the ordering itself: test_heartbeat).
+    named = re.findall(r"rank (\d) last entered (\w+) at step (\d+)", hung["message"])
+    assert sorted(rank for rank, _, _ in named) == ["0", "1"]
+    (_, first_phase, first_step), (_, then_phase, then_step) = named
+    assert int(first_step) <= int(then_step)
+    if first_step == then_step:
+        assert PHASES.index(first_phase) <= PHASES.index(then_phase)
     [node] = fleet.http.get("/v1/nodes").json()["items"]
     assert node["state"] == "cordoned"
     assert node["state_reason"].startswith("cordoned automatically: 1 attempts hung on it")

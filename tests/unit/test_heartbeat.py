@@ -43,6 +43,10 @@ def test_the_rank_furthest_behind_comes_first_whenever_it_beat() -> None:
     slow = Beat(rank=1, time=103.0, step=189, phase="forward")
     done = Beat(rank=2, time=99.0, step=189, phase="checkpoint")
     assert furthest_behind_first([peer, done, slow]) == [slow, peer, done]
+    # Both in a step's backward: the one that handed its gradients over waits, and says so.
+    waiting = Beat(rank=0, time=100.5, step=189, phase="allreduce")
+    computing = Beat(rank=1, time=103.0, step=189, phase="backward")
+    assert furthest_behind_first([waiting, computing]) == [computing, waiting]
 
 
 def test_a_reader_never_sees_half_a_beat(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ ends by waiting for it, so the time after that launch is AllReduce time it did n
 # registration and accepts only the real GradBucket/Future classes, not strings.
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,9 @@ class AllReduceState:
     directions: PairDirections | None = field(default=None, repr=False)
     """Two ranks on gloo: a process group per direction of the swap (see ring.py)."""
     _comm_thread: CommThread | None = field(default=None, repr=False)
+    beat: Callable[[], None] | None = field(default=None, repr=False)
+    """Told as each bucket is handed over: the rank's compute for it is done, and from here
+    it may wait for its peers (the heartbeat's `allreduce` phase)."""
 
     def begin_step(self, step: int) -> None:
         """Called between steps, when no AllReduce is in flight."""
@@ -114,6 +118,8 @@ def allreduce_hook(state: AllReduceState, bucket: GradBucket) -> torch.futures.F
     world_size = dist.get_world_size()
     state.bytes_this_step += buffer.numel() * torch.empty((), dtype=state.dtype).element_size()
     state.last_launch = time.perf_counter()
+    if state.beat is not None:
+        state.beat()
 
     if state.dtype == torch.float32:
         buffer.div_(world_size)

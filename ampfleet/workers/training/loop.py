@@ -236,6 +236,8 @@ class Trainer:
             Heartbeat(heartbeat_file(cfg.run_dir, cfg.rank)) if cfg.run_dir is not None else None
         )
         """Where this rank says which phase it is in (the node agent's hang detection)."""
+        if self.heartbeat is not None:
+            self.comm.beat = lambda: self._beat("allreduce", self.step + 1)
         self.profiler = StepProfiler(
             RunDir(cfg.run_dir) if cfg.run_dir is not None else None,
             rank=cfg.rank,
