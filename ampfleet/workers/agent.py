@@ -44,7 +44,10 @@ from ampfleet.workers.rundir import RunDir
 from ampfleet.workers.supervisor import LaunchRequest, Supervisor
 
 log = logging.getLogger(__name__)
-PROCESS_GROUP_TIMEOUT_S = 600
+COLLECTIVE_TIMEOUT_MARGIN_S = 60.0
+"""A job's collectives time out this long after its hang timeout: the node agent's hang
+detection (with every rank's stacks) comes first, and the process group's own timeout is the
+backstop where the agent cannot act (its node cut off from the database)."""
 RENDEZVOUS_WAIT_S = 60.0
 
 
@@ -196,7 +199,7 @@ class NodeAgent:
                 run_dir=run_dir,
                 max_runtime_s=stop.max_runtime_s,
                 runtime_only=stop.runtime_only,
-                hang_timeout_s=(job.resolved.get("monitoring") or {}).get("hang_timeout_s"),
+                hang_timeout_s=self._hang_timeout_s(job),
                 code_dir=brought.get("code_dir"),
                 input_paths=tuple(brought["inputs"].values()),
                 python=brought.get("python"),
@@ -248,13 +251,19 @@ class NodeAgent:
                     "attempt": job.attempt,
                     "spec": job.resolved,
                     "checkpoint_dir": str(self.settings.checkpoints_dir / job.id),
-                    "process_group_timeout_s": PROCESS_GROUP_TIMEOUT_S,
+                    "process_group_timeout_s": self._hang_timeout_s(job)
+                    + COLLECTIVE_TIMEOUT_MARGIN_S,
                     "metrics_flush_s": self.settings.metrics_flush_s,
                     **brought,
                 }
             )
         )
         return run_dir
+
+    def _hang_timeout_s(self, job: Job) -> float:
+        """The job's monitoring.hang_timeout_s, or this node's default."""
+        hang = (job.resolved.get("monitoring") or {}).get("hang_timeout_s")
+        return float(hang or self.settings.hang_timeout_s)
 
     def _brought(self, job: Job) -> dict[str, Any]:
         """What the job file says of the user's code and inputs: where they are on this node."""

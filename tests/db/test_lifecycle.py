@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
@@ -132,7 +134,12 @@ def test_duplicate_start_message_launches_once(backend: str) -> None:
     while not agent.supervisor._requests.empty():
         launched.append(agent.supervisor._requests.get_nowait())
     assert [(r.job_id, r.attempt) for r in launched] == [(job_id, 1)]
-    assert launched[0].run_dir.job_file.exists()
+    job_file = json.loads(launched[0].run_dir.job_file.read_text())
+    # No monitoring.hang_timeout_s in the spec: the node's; collectives time out after it.
+    assert launched[0].hang_timeout_s == settings.hang_timeout_s
+    assert job_file["process_group_timeout_s"] == settings.hang_timeout_s + 60
+    assert job_file["rank_nodes"] == [settings.node_name] * 2
+    assert job_file["earlier_fallbacks"] == []
     with session_scope() as session:
         job = session.get(Job, job_id)
         assert job is not None
