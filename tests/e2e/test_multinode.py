@@ -42,3 +42,27 @@ def test_two_node_gloo_job_end_to_end(make_fleet) -> None:
         timeout=30,
         what="both nodes' slots freed",
     )
+
+
+@pytest.mark.slow
+def test_every_node_watches_its_own_ranks_past_the_hang_timeout(make_fleet) -> None:
+    """Rank 0's records exist on node 0 only: a node that took them for its only news saw
+    silence from the start and stopped its share as hung once the start timeout was up. Each
+    node now hears its own ranks' heartbeats, so a two-node job trains well past both."""
+    fleet = make_fleet(
+        "postgres+redis",
+        nodes=("node-a", "node-b"),
+        cpu_slots=1,
+        extra_env={"AMPFLEET_START_TIMEOUT_S": "45"},
+    )
+    spec = job_spec(
+        resources={"nodes": 2, "procs_per_node": 1},
+        stop={"max_runtime_s": 90},
+        monitoring={"hang_timeout_s": 10},
+        retry={"max_restarts": 0},
+    )
+    job = fleet.submit(spec)
+    done = fleet.wait_for_state(job["id"], {"SUCCEEDED", "FAILED"}, timeout=400)
+    assert done["state"] == "SUCCEEDED", done["failure_reason"]
+    assert done["attempt"] == 1
+    assert not [e for e in fleet.events(job["id"]) if e["reason"] == "hung"]
