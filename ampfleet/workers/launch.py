@@ -50,8 +50,10 @@ RANK_ENVIRONMENT_PREFIXES = (
     "CUDNN_",
     "CUBLAS",
     "NVIDIA_",
+    "MALLOC_",  # glibc's allocator (e.g. MALLOC_MMAP_THRESHOLD_, BENCHMARKS.md "FSDP")
 )
-"""Families of variables that tune torch, its thread pools, collectives and CUDA."""
+"""Families of variables that tune torch, its thread pools, collectives, CUDA and the C
+allocator."""
 
 
 def rank_environment(

@@ -8,6 +8,7 @@ from ampfleet.workers.launch import rank_environment
 WORKER = {
     "PATH": "/usr/bin",
     "OMP_PROC_BIND": "close",
+    "MALLOC_MMAP_THRESHOLD_": "65536",
     "AMPFLEET_DATABASE_URL": "postgresql://ampfleet:hunter2@db/ampfleet",
     "AMPFLEET_SECRET_KEY": "server-secret",
     "AMPFLEET_S3_ACCESS_KEY_ID": "store-key-id",
@@ -22,6 +23,7 @@ def test_no_credential_reaches_a_rank() -> None:
     env = rank_environment(WORKER, procs_per_node=2)
     assert env["PATH"] == "/usr/bin"
     assert env["OMP_PROC_BIND"] == "close"
+    assert env["MALLOC_MMAP_THRESHOLD_"] == "65536"  # the operator's allocator tuning
     secrets = {v for k, v in WORKER.items() if k.startswith(("AMPFLEET_", "AWS_"))}
     assert not [name for name, value in env.items() if value in secrets]
     assert not [name for name in env if name.startswith(("AMPFLEET_", "AWS_"))]
