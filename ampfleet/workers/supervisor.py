@@ -88,7 +88,8 @@ class RunningAttempt:
     """Each rank's last heartbeat, as last read: a rank that hangs stops beating, and so
     does every rank that waits for it in a collective."""
     heard_from: bool = False
-    """Rank 0 has reported at least once: start-up (imports, data, rendezvous) is over."""
+    """A rank of this node has beaten, or rank 0 reported: start-up (imports, data,
+    rendezvous) is over."""
     stop_reason: str | None = None  # cancel | timeout | superseded | preempt | hung
     kill_at: float | None = None
     feed: AttemptFeed = field(init=False)
