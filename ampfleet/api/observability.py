@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ampfleet.core import counters
+from ampfleet.core import counters, goodput
 from ampfleet.core.capacity import used_slots_by_node
 from ampfleet.core.fleet import is_alive
 from ampfleet.core.models import Job, Node, utcnow
@@ -109,7 +109,7 @@ def nearest_rank(ordered: Sequence[float], quantile: float) -> float:
     return ordered[min(int(quantile * len(ordered)), len(ordered) - 1)]
 
 
-def fleet_lines(session: Session, node_timeout_s: float) -> list[str]:
+def fleet_lines(session: Session, node_timeout_s: float, goodput_window_s: float) -> list[str]:
     out = _family("ampfleet_jobs", "gauge", f"Jobs by state. {FLEET_NOTE}")
     counts = dict(session.execute(select(Job.state, func.count()).group_by(Job.state)).all())
     for state in JobState:
@@ -140,7 +140,33 @@ def fleet_lines(session: Session, node_timeout_s: float) -> list[str]:
     )
     out.append(f"ampfleet_metric_points_ingested_total {ingested:g}")
     out += node_lines(session, node_timeout_s)
+    out += goodput_lines(session, goodput_window_s)
     return out
+
+
+def goodput_lines(session: Session, window_s: float) -> list[str]:
+    """Per project and kind: a series per project that has jobs in the window (projects
+    are created by operators, so the label set is theirs and small)."""
+    window = f"jobs submitted in the last {window_s:.0f} s"
+    slot_s = _family(
+        "ampfleet_project_slot_seconds",
+        "gauge",
+        f"Slot-seconds held by a project's {window}, by where they went (allocated is the "
+        f"sum of the others). {FLEET_NOTE}",
+    )
+    ratio = _family(
+        "ampfleet_project_goodput_ratio",
+        "gauge",
+        f"Training slot-seconds per allocated one, of a project's {window}. {FLEET_NOTE}",
+    )
+    for project, totals in sorted(goodput.by_project(session, window_s).items()):
+        name = f'project="{label_value(project)}"'
+        for kind in ("allocated", *goodput.KINDS):
+            value = getattr(totals, f"{kind}_slot_s")
+            slot_s.append(f'ampfleet_project_slot_seconds{{{name},kind="{kind}"}} {value:.3f}')
+        if totals.ratio is not None:
+            ratio.append(f"ampfleet_project_goodput_ratio{{{name}}} {totals.ratio:.4f}")
+    return slot_s + ratio
 
 
 def node_lines(session: Session, node_timeout_s: float) -> list[str]:

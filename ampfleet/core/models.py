@@ -124,6 +124,9 @@ class Project(Base):
     allow_custom_code: Mapped[bool | None] = mapped_column(
         Boolean, comment="bundles may be uploaded and run; null: only in project 'default'"
     )
+    idle_policy: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON, comment="{below_percent, window_s, action}: jobs that idle get told or stopped"
+    )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -203,6 +206,29 @@ class Allocation(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     launched_at: Mapped[datetime | None] = mapped_column(comment="claimed by the node's worker")
     released_at: Mapped[datetime | None] = mapped_column()
+
+
+class AttemptUsage(Base):
+    """What one attempt's time went to, as its rank 0 counted it (training/accounting.py):
+    the half of goodput that allocation rows cannot tell. Written as the attempt reports;
+    `kept_step_s` once a later attempt resumed from a checkpoint of this one or before it."""
+
+    __tablename__ = "attempt_usage"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    resumed_from_step: Mapped[int] = mapped_column(Integer)
+    reached_step: Mapped[int] = mapped_column(Integer)
+    first_step_at: Mapped[datetime | None] = mapped_column(comment="its first step began")
+    step_s: Mapped[float] = mapped_column(Float, comment="in steps that still stand")
+    recomputed_s: Mapped[float] = mapped_column(Float, comment="in steps it rewound itself")
+    checkpoint_s: Mapped[float] = mapped_column(Float, comment="training blocked on saves")
+    eval_s: Mapped[float] = mapped_column(Float)
+    marks: Mapped[list[Any]] = mapped_column(JSON, comment="[[step, step_s]] at its last saves")
+    kept_step_s: Mapped[float | None] = mapped_column(
+        Float, comment="of step_s, up to where the next attempt resumed; null: all of it"
+    )
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 
 class Metric(Base):

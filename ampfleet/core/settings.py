@@ -95,6 +95,11 @@ class Settings(BaseSettings):
     fair_share_window_s: float = Field(
         3600.0, gt=0, description="GPU-seconds used within it decide fair-share order."
     )
+    goodput_window_s: float = Field(
+        7 * 86400.0,
+        gt=0,
+        description="A project's goodput (API and /metrics) counts its jobs submitted within it.",
+    )
     webhook_allow_private: bool = Field(
         False, description="Allow webhook targets on loopback or private networks."
     )

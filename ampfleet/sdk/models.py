@@ -43,6 +43,21 @@ class PrecisionSetting(ApiModel):
     effective: str | None = None
 
 
+class Goodput(ApiModel):
+    """Slot-seconds its attempts held and where they went (the kinds add up to allocated)."""
+
+    allocated_slot_s: float = 0.0
+    training_slot_s: float = 0.0
+    startup_slot_s: float = 0.0
+    recomputed_slot_s: float = 0.0
+    checkpoint_slot_s: float = 0.0
+    evaluation_slot_s: float = 0.0
+    other_slot_s: float = 0.0
+    queued_s: float = 0.0
+    attempts: int = 0
+    ratio: float | None = None  # training / allocated
+
+
 class Job(ApiModel):
     id: str
     project: str
@@ -65,6 +80,7 @@ class Job(ApiModel):
     scheduled_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    goodput: Goodput | None = None  # on `client.get(id)`; None in listings
 
     @property
     def is_terminal(self) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from ampfleet.core import counters, profiles, webhooks
+from ampfleet.core import counters, goodput, profiles, webhooks
 from ampfleet.core.bulk import insert_rows
 from ampfleet.core.lifecycle import record_event, transition
 from ampfleet.core.models import Job, LogLine, Metric, utcnow
@@ -88,28 +88,12 @@ def apply_records(
     feed: AttemptFeed,
     settings: Settings,
 ) -> None:
-    now = utcnow()
     points = Points()
     latest = dict(job.latest_metrics or {})
     for record in records:
         kind = record.get("kind")
         if kind == "started":
-            resumed = int(record.get("resumed_from_step") or 0)
-            delete_after(session, job, resumed)
-            adopt_earlier_attempts(session, job, attempt, resumed, feed, settings)
-            transition(
-                session,
-                job.id,
-                JobState.RUNNING,
-                from_states={JobState.STARTING},
-                attempt=attempt,
-                reason="ranks_started",
-                message=started_message(record),
-                precision=record["precision"],
-                allreduce_dtype=record["allreduce_dtype"],
-                total_steps=record["total_steps"],
-                started_at=job.started_at or now,
-            )
+            ranks_started(session, job, attempt, record, feed, settings)
         elif kind == "metrics":
             for name, value in record["values"].items():
                 points.add(int(record["step"]), name, float(value))
@@ -120,10 +104,10 @@ def apply_records(
         elif kind == "progress":
             job.step = int(record["step"])
             job.total_steps = record["total_steps"]  # None: a runtime-only job
-        elif kind == "event":
-            record_event(session, job, record["reason"], record["message"])
-        elif kind == "compute":  # FLOPs per step and the peak that MFU is measured against
-            record_event(session, job, "compute", record["message"])
+        elif kind == "usage":  # where the attempt's time went: goodput's half from the loop
+            goodput.record_usage(session, job.id, attempt, record)
+        elif kind in ("event", "compute"):  # compute: FLOPs per step and the peak MFU uses
+            record_event(session, job, record.get("reason", kind), record["message"])
         elif kind == "preempted":
             feed.preempted_at_step = int(record["step"])
         elif kind == "artifact":  # uploaded and listed by the agent, off this transaction
@@ -135,6 +119,35 @@ def apply_records(
         job.latest_metrics = latest
     apply_profile_reports(session, job, [r for r in records if r.get("kind") == "profile"])
     session.flush()
+
+
+def ranks_started(
+    session: Session,
+    job: Job,
+    attempt: int,
+    record: dict[str, Any],
+    feed: AttemptFeed,
+    settings: Settings,
+) -> None:
+    """The attempt's ranks are up: what earlier attempts computed past its resume point is
+    theirs no more (their points go, their step-seconds count as recomputed), and it runs."""
+    resumed = int(record.get("resumed_from_step") or 0)
+    delete_after(session, job, resumed)
+    adopt_earlier_attempts(session, job, attempt, resumed, feed, settings)
+    goodput.settle_before(session, job.id, attempt, resumed)
+    transition(
+        session,
+        job.id,
+        JobState.RUNNING,
+        from_states={JobState.STARTING},
+        attempt=attempt,
+        reason="ranks_started",
+        message=started_message(record),
+        precision=record["precision"],
+        allreduce_dtype=record["allreduce_dtype"],
+        total_steps=record["total_steps"],
+        started_at=job.started_at or utcnow(),
+    )
 
 
 def apply_profile_reports(session: Session, job: Job, reports: list[dict[str, Any]]) -> None:
@@ -202,6 +215,8 @@ def adopt_earlier_attempts(
                         points.add(int(record["step"]), name, float(value))
                 elif record.get("kind") == "rewound":
                     points.rewind(int(record["step"]))
+                elif record.get("kind") == "usage":
+                    goodput.record_usage(session, job.id, number, record)
         missing = not_stored(session, job.id, points.items(up_to=resumed))
         store_points(session, job, number, missing, settings)
         for _ in range(MAX_ADOPTION_READS):

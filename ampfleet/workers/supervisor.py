@@ -34,6 +34,7 @@ from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
 from ampfleet.workers.gpus import GpuPool, device_nodes
 from ampfleet.workers.heartbeat import Beat, describe, read_beats
+from ampfleet.workers.idle import IdlePolicy, IdleWatch, act, busiest
 from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs, store_points
 from ampfleet.workers.launch import launch_command, rank_environment, torchrun_args
 from ampfleet.workers.limits import RankLimits, TaskGroup
@@ -96,6 +97,8 @@ class RunningAttempt:
     exited_at: float | None = None
     drained: bool = False
     """A pass that began after the ranks exited has read and committed all they wrote."""
+    idle: IdleWatch = field(default_factory=IdleWatch)
+    """Its project's idle policy, as this node sees its ranks."""
 
     def __post_init__(self) -> None:
         self.feed = AttemptFeed(self.request.run_dir, self.reader)
@@ -423,6 +426,21 @@ class Supervisor:
         sampled = attempt.telemetry.take(job.step)
         if store_points(session, job, request.attempt, sampled, self.settings):
             job.latest_metrics = {**(job.latest_metrics or {}), **{n: v for _, n, v in sampled}}
+        self._watch_idle(session, job, attempt)
+
+    def _watch_idle(self, session: Session, job: Job, attempt: RunningAttempt) -> None:
+        """The project's idle policy (idle.py), read each pass so that a change applies to
+        running jobs; sampled at the telemetry interval once the ranks are past start-up."""
+        policy = IdlePolicy.of_project(session, job.project)
+        if policy is None or not attempt.heard_from or attempt.stop_reason:
+            attempt.idle.forget()
+            return
+        if not attempt.idle.due(time.monotonic(), self.settings.telemetry_interval_s):
+            return
+        utilisation = busiest(attempt.telemetry.sample())
+        verdict = attempt.idle.observe(policy, time.monotonic(), utilisation)
+        if verdict is not None and utilisation is not None:
+            act(session, job, verdict, policy, utilisation, self.settings.node_name)
 
     def _record_outcome(self, session: Session, attempt: RunningAttempt) -> None:
         """How the attempt ended, and this node's slots back: every rank here has exited."""

@@ -46,6 +46,19 @@ def test_digits_two_ranks_bf16_to_succeeded(fleet: Fleet) -> None:
 
     transitions = [e["to_state"] for e in fleet.events(job["id"]) if e["kind"] == "transition"]
     assert transitions == ["QUEUED", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED"]
+    # Goodput: both slots held, most of it in training steps, the rest accounted for.
+    goodput = done["goodput"]
+    kinds = ("training", "startup", "recomputed", "checkpoint", "evaluation", "other")
+    assert goodput["attempts"] == 1
+    assert goodput["recomputed_slot_s"] == 0
+    assert goodput["training_slot_s"] > 0
+    assert goodput["startup_slot_s"] > 0
+    assert goodput["evaluation_slot_s"] > 0
+    assert goodput["checkpoint_slot_s"] > 0
+    assert sum(goodput[f"{kind}_slot_s"] for kind in kinds) == pytest.approx(
+        goodput["allocated_slot_s"], abs=0.01
+    )
+    assert 0 < goodput["ratio"] < 1
 
     metrics = fleet.http.get(f"/v1/jobs/{job['id']}/metrics").json()
     series = {s["name"]: s["points"] for s in metrics["series"]}

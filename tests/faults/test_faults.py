@@ -59,6 +59,17 @@ def test_worker_killed_mid_training_requeues_and_finishes_from_checkpoint(make_f
     reported = count_reported(fleet.env["AMPFLEET_DATABASE_URL"], [job["id"]])
     print(f"\nworker SIGKILL: {reported.summary()}; {fleet.tally()}")
     reported.assert_complete()
+    # Goodput: the dead node's rows (released only by its next worker) count until the
+    # restart was placed; the kinds still add up to what was held.
+    goodput = fleet.job(job["id"])["goodput"]
+    kinds = ("training", "startup", "recomputed", "checkpoint", "evaluation", "other")
+    assert goodput["attempts"] == 2
+    assert goodput["training_slot_s"] > 0
+    assert goodput["other_slot_s"] > 0  # the killed attempt's tail, after its last report
+    assert sum(goodput[f"{kind}_slot_s"] for kind in kinds) == pytest.approx(
+        goodput["allocated_slot_s"], abs=0.01
+    )
+    print(f"goodput: {goodput}")
 
 
 def test_redis_down_for_30s_loses_nothing(make_fleet, tmp_path: Path) -> None:

@@ -2,14 +2,16 @@
 
 Its build prints every environment variable of the rank to stdout (the job's logs), then
 allocates `allocate_mb` at once (to reach the rank's memory limit), then trains a tiny
-linear model. The definition imports no torch, like every recipe's; `install_probe` writes
-the distribution metadata that makes `ampfleet.recipes` list it for processes whose
-PYTHONPATH holds the folder and the repository.
+linear model, sleeping `sleep_per_step_s` in each loss (an idle job). The definition
+imports no torch, like every recipe's; `install_probe` writes the distribution metadata
+that makes `ampfleet.recipes` list it for processes whose PYTHONPATH holds the folder and
+the repository.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ class ProbeHyperparameters(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     allocate_mb: int = Field(0, ge=0, le=1_000_000, description="Allocated at build.")
+    sleep_per_step_s: float = Field(0.0, ge=0, le=60, description="Each loss sleeps: idle.")
 
 
 def build(hp: ProbeHyperparameters, _ctx: Any) -> Any:
@@ -43,6 +46,7 @@ def build(hp: ProbeHyperparameters, _ctx: Any) -> Any:
     data = TensorDataset(features, (features.sum(dim=1) > 0).long())
 
     def loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        time.sleep(hp.sleep_per_step_s)
         return F.cross_entropy(model(batch[0]), batch[1])
 
     def eval_step(model: torch.nn.Module, batch: Any) -> dict[str, torch.Tensor]:

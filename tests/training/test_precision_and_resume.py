@@ -50,6 +50,15 @@ def test_auto_falls_back_from_fp16_on_repeated_overflow(tmp_path: Path) -> None:
     final = losses(tmp_path)
     assert max(final) == 40
     assert final[40] < final[1]
+    # Goodput's accounting: the steps after the checkpoint it went back to were recomputed.
+    usage = [r for r in records(tmp_path) if r["kind"] == "usage"][-1]
+    assert (usage["step"], usage["resumed_from_step"]) == (40, 0)
+    assert usage["recomputed_s"] > 0
+    assert usage["step_s"] > 0
+    assert usage["checkpoint_s"] > 0
+    saved = [step for step, _ in usage["marks"]]
+    assert saved == sorted(set(saved))
+    assert saved[-1] == 40
 
 
 def test_explicit_fp16_that_keeps_overflowing_fails_with_advice(tmp_path: Path) -> None:
@@ -71,5 +80,11 @@ def test_resume_continues_the_same_loss_sequence(tmp_path: Path) -> None:
     _ranks(crashed, **settings)
     started = [r for r in records(crashed) if r["kind"] == "started"]
     assert [s["resumed_from_step"] for s in started] == [0, 20]
+    usage = [r for r in records(crashed) if r["kind"] == "usage"]
+    first, second = [u for u in usage if u["resumed_from_step"] == 0], usage[-1]
+    assert 20 <= first[-1]["step"] < 30
+    assert [m[0] for m in first[-1]["marks"]] == [10, 20]
+    assert (second["resumed_from_step"], second["step"]) == (20, 30)
+    assert second["first_step_at"] > first[-1]["first_step_at"]
     expected, resumed = losses(straight), losses(crashed)
     assert [resumed[s] for s in range(21, 31)] == [expected[s] for s in range(21, 31)]

@@ -69,13 +69,15 @@ def metrics_access(
     response_class=PlainTextResponse,
     responses=responses(401, 403, 429),
     dependencies=[Depends(metrics_access)],
-    summary="Prometheus metrics: jobs, queue, nodes, scheduling latency, points ingested",
+    summary="Prometheus metrics: jobs, queue, nodes, scheduling latency, points ingested, goodput",
     description="Unauthenticated unless AMPFLEET_METRICS_REQUIRE_KEY is set (then an admin "
     "key). Fleet series are the same on every API process: aggregate with `max without "
     "(instance)`.",
 )
 def metrics(session: SessionDep) -> PlainTextResponse:
-    lines = fleet_lines(session, get_settings().node_timeout_s) + http_metrics.lines()
+    settings = get_settings()
+    fleet = fleet_lines(session, settings.node_timeout_s, settings.goodput_window_s)
+    lines = fleet + http_metrics.lines()
     return PlainTextResponse(
         "\n".join(lines) + "\n", media_type="text/plain; version=0.0.4; charset=utf-8"
     )

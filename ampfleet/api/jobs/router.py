@@ -116,7 +116,7 @@ def list_jobs(
     "/{job_id}", response_model=JobOut, responses=responses(401, 403, 404), summary="Get a job"
 )
 def get_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) -> JobOut:
-    return service.to_out(service.get(session, job_id, principal))
+    return service.detail(session, service.get(session, job_id, principal))
 
 
 @router.patch(

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ampfleet.api.goodput import GoodputOut
 from ampfleet.core.spec import Precision, Priority
 from ampfleet.core.states import JobState
 
@@ -77,6 +78,9 @@ class JobOut(BaseModel):
     scheduled_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    goodput: GoodputOut | None = Field(
+        None, description="Where its slot-seconds went; on a single job's GET, null in lists."
+    )
 
 
 class JobPatch(BaseModel):

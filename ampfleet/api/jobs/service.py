@@ -23,6 +23,7 @@ from ampfleet.api.errors import (
     TooManyRequestsError,
     UnprocessableError,
 )
+from ampfleet.api.goodput import goodput_out
 from ampfleet.api.jobs import eta, idempotency, repository
 from ampfleet.api.jobs.inputs import resolve_inputs
 from ampfleet.api.jobs.schemas import (
@@ -34,6 +35,7 @@ from ampfleet.api.jobs.schemas import (
     Volume,
 )
 from ampfleet.api.pagination import decode_cursor, encode_cursor
+from ampfleet.core import goodput
 from ampfleet.core.custom_code import custom_code_allowed, custom_code_refusal
 from ampfleet.core.fleet import fits_fleet, job_request_of, matches
 from ampfleet.core.ids import new_id
@@ -321,6 +323,12 @@ def queue_info(job: Job) -> QueueInfo | None:
         estimated_start_at=job.estimated_start_at,
         not_before=job.not_before,
     )
+
+
+def detail(session: Session, job: Job) -> JobOut:
+    """A single job as its GET shows it: with its goodput, which listings leave out (it
+    reads the job's allocation and accounting rows)."""
+    return to_out(job).model_copy(update={"goodput": goodput_out(goodput.of_job(session, job))})
 
 
 def to_out(job: Job, now: datetime | None = None) -> JobOut:

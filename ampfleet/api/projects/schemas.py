@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampfleet.api.bounds import MAX_INT
+from ampfleet.api.goodput import GoodputOut
+
+
+class IdlePolicy(BaseModel):
+    """What happens to a running job of the project whose ranks stay idle: the utilisation
+    of its busiest rank (GPU utilisation with NVML, else CPU percent of one core) under
+    `below_percent` for `window_s` seconds on end."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    below_percent: float = Field(gt=0, le=100, description="Idle below this utilisation.")
+    window_s: float = Field(ge=10, le=7 * 86400, description="For this long on end.")
+    action: Literal["event", "stop"] = Field(
+        "event", description="event: the job is told (an `idle` event); stop: also cancelled."
+    )
 
 
 class ProjectPolicyIn(BaseModel):
@@ -25,6 +42,7 @@ class ProjectPolicyIn(BaseModel):
         description="Its write keys may upload and run code bundles; null: the default, "
         "allowed in project 'default' only.",
     )
+    idle_policy: IdlePolicy | None = Field(None, description="null: idle jobs run on.")
 
 
 class ProjectOut(ProjectPolicyIn):
@@ -32,6 +50,9 @@ class ProjectOut(ProjectPolicyIn):
     slots_in_use: int
     queued_jobs: int
     usage_gpu_seconds: float = Field(description="In the fair-share window.")
+    goodput: GoodputOut = Field(
+        description="Of its jobs submitted within AMPFLEET_GOODPUT_WINDOW_S (7 days)."
+    )
 
 
 class ProjectList(BaseModel):

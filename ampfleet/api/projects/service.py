@@ -7,8 +7,11 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import Principal, ProjectScope
+from ampfleet.api.goodput import goodput_out
 from ampfleet.api.projects import repository
-from ampfleet.api.projects.schemas import ProjectList, ProjectOut, ProjectPolicyIn
+from ampfleet.api.projects.schemas import IdlePolicy, ProjectList, ProjectOut, ProjectPolicyIn
+from ampfleet.core import goodput
+from ampfleet.core.goodput import Goodput
 from ampfleet.core.models import Project
 from ampfleet.core.settings import get_settings
 from ampfleet.core.usage import usage_by_project
@@ -27,6 +30,9 @@ def _describe(session: Session, name: str, usage: dict[str, float]) -> ProjectOu
             max_queued_jobs=project.max_queued_jobs,
             max_running_jobs=project.max_running_jobs,
             allow_custom_code=project.allow_custom_code,
+            idle_policy=IdlePolicy.model_validate(project.idle_policy)
+            if project.idle_policy
+            else None,
         )
         if project
         else ProjectPolicyIn()
@@ -37,6 +43,9 @@ def _describe(session: Session, name: str, usage: dict[str, float]) -> ProjectOu
         slots_in_use=repository.slots_in_use(session, name),
         queued_jobs=repository.count_queued(session, name),
         usage_gpu_seconds=round(usage.get(name, 0.0), 3),
+        goodput=goodput_out(
+            goodput.by_project(session, get_settings().goodput_window_s, name).get(name, Goodput())
+        ),
     )
 
 
@@ -62,5 +71,6 @@ def set_policy(session: Session, name: str, policy: ProjectPolicyIn) -> ProjectO
     project.max_queued_jobs = policy.max_queued_jobs
     project.max_running_jobs = policy.max_running_jobs
     project.allow_custom_code = policy.allow_custom_code
+    project.idle_policy = policy.idle_policy.model_dump() if policy.idle_policy else None
     session.flush()
     return _describe(session, name, _usage(session))

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.utils.data import DataLoader, DistributedSampler
 
+from ampfleet.core.accounting import AttemptClock
 from ampfleet.workers.heartbeat import Heartbeat, heartbeat_file
 from ampfleet.workers.rundir import RecordWriter, RunDir
 from ampfleet.workers.training import checkpoint
@@ -232,6 +233,8 @@ class Trainer:
         self.preempted = False
         self.allreduce_switch_reported = False
         self.batches: Iterator[Batch] = iter(())
+        self.clock = AttemptClock(resumed_from=0)
+        """Where this attempt's time goes, for goodput; reset once it knows its start."""
         self.heartbeat = (
             Heartbeat(heartbeat_file(cfg.run_dir, cfg.rank)) if cfg.run_dir is not None else None
         )
@@ -283,6 +286,7 @@ class Trainer:
         restored = self._restore()
         if restored is not None:
             self._continue_precision_of(restored)
+        self.clock = AttemptClock(resumed_from=self.step)
         if self._may_fall_back() and checkpoint.latest(self.cfg.checkpoint_dir) is None:
             self._save()  # the "last good" point a precision fallback returns to
         self._record(
@@ -312,12 +316,14 @@ class Trainer:
         last: dict[str, float] = {}
         while self.total_steps is None or self.step < self.total_steps:
             try:
-                metrics = self.step_once()
+                with self.clock.stepping():
+                    metrics = self.step_once()
             except PrecisionFallbackError as fallback:
                 self._fall_back(fallback)
                 continue
             if metrics:
                 last = metrics
+                self._record_usage()
             self._after_step()
             if self.step % STOP_CHECK_EVERY != 0:
                 continue
@@ -327,8 +333,10 @@ class Trainer:
                 # Preempted: leave a checkpoint at this exact step and exit cleanly.
                 self.profiler.finish()
                 self._save_unless_saved()
-                self.checkpoints.wait()
+                with self.clock.checkpointing():
+                    self.checkpoints.wait()
                 self.preempted = True
+                self._record_usage()
                 self._record("preempted", step=self.step)
                 return last
             if time_up:
@@ -343,6 +351,7 @@ class Trainer:
         final = self.evaluate()
         self._record("metrics", step=self.step, values=final)
         self._save_unless_saved()
+        self._record_usage()
         return {**last, **final}
 
     def step_once(self) -> dict[str, float]:
@@ -546,13 +555,16 @@ class Trainer:
             ]
         self._use_precision(fallback.target)
         self.optimizer.zero_grad(set_to_none=True)  # the failed step's gradients
-        self.checkpoints.wait()
+        with self.clock.checkpointing():
+            self.checkpoints.wait()
         dist.barrier()  # rank 0 has published the last save before anyone looks for it
         self.nonfinite_streak = 0
         # The last good checkpoint, from before the streak of non-finite steps began (none
         # is written inside a streak, and one exists from step 0 on: see `_run`). It was
         # made in an earlier precision than this one, so it has none to continue.
+        reached = self.step
         self._restore()
+        self.clock.rewound(self.step, reached)
         self._record("rewound", step=self.step)  # the steps after it are reported again
         self._record(
             "event",
@@ -597,9 +609,13 @@ class Trainer:
                     yield batch
             epoch, skip = epoch + 1, 0
 
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Every rank scores its shard; the sums are all-reduced, so the result is exact."""
+        with self.clock.evaluating():
+            return self._evaluate()
+
+    @torch.no_grad()
+    def _evaluate(self) -> dict[str, float]:
         task, cfg = self.task, self.cfg
         if task.val_dataset is None:
             return {}
@@ -631,6 +647,11 @@ class Trainer:
 
     def _save(self) -> None:
         """Starts a checkpoint of this step; training goes on while it is persisted."""
+        with self.clock.checkpointing():
+            self._snapshot()
+        self.clock.saved(self.step)
+
+    def _snapshot(self) -> None:
         self._beat("checkpoint")
         model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
         meta = {
@@ -705,8 +726,11 @@ class Trainer:
         per_batch = self.task.batch_size * self.cfg.world_size
         return epoch * len(self.loader) + min(-(-samples // per_batch), len(self.loader))
 
+    def _record_usage(self) -> None:
+        self._record("usage", **self.clock.record(self.step))
+
     def _record(self, kind: str, **fields: Any) -> None:
         if self.writer is not None:
             self.writer.write(kind, **fields)
-            if kind not in ("metrics", "progress"):
+            if kind not in ("metrics", "progress", "usage"):
                 self.writer.flush()
