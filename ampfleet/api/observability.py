@@ -22,8 +22,22 @@ from ampfleet.core.fleet import is_alive
 from ampfleet.core.models import Job, Node, utcnow
 from ampfleet.core.states import JobState
 
+MB = 1024 * 1024
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 NODE_STATES = ("ready", "cordoned")
+NODE_TELEMETRY = {  # its key: the series, the factor to base units, what it is
+    "ranks": ("ampfleet_node_ranks", 1.0, "Rank processes sampled at the last heartbeat."),
+    "cpu_percent": ("ampfleet_node_cpu_cores_used", 0.01, "CPU cores the node's ranks use."),
+    "rss_mb": ("ampfleet_node_rank_memory_bytes", MB, "Resident memory of the node's ranks."),
+    "gpu_util_percent": (
+        "ampfleet_node_gpu_utilization_ratio",
+        0.01,
+        "GPU utilisation of the node's ranks (NVML), averaged over them, 0-1.",
+    ),
+    "gpu_memory_mb": ("ampfleet_node_gpu_memory_bytes", MB, "GPU memory held by its ranks."),
+}
+"""The node agent's telemetry of its ranks (workers/telemetry.py `node_totals`), in the
+base units Prometheus names want."""
 FLEET_NOTE = "Fleet-wide: the same on every API process."
 
 
@@ -182,6 +196,10 @@ def node_lines(session: Session, node_timeout_s: float) -> list[str]:
     states = _family(
         "ampfleet_node_state", "gauge", f"1 for the node's state, 0 for the others. {FLEET_NOTE}"
     )
+    usage = {
+        kind: _family(series, "gauge", f"{what} {FLEET_NOTE}")
+        for kind, (series, _, what) in NODE_TELEMETRY.items()
+    }
     for node in nodes:
         name = f'node="{label_value(node.id)}"'
         alive = is_alive(node.last_heartbeat_at, now, node_timeout_s)
@@ -192,4 +210,11 @@ def node_lines(session: Session, node_timeout_s: float) -> list[str]:
             states.append(
                 f'ampfleet_node_state{{{name},state="{state}"}} {int(node.state == state)}'
             )
-    return slots + busy + up + states
+        # Stale figures of a dead node would look like a busy one: zero once it is silent.
+        measured = (node.telemetry or {}) if alive else {}
+        for kind, lines in usage.items():
+            if kind.startswith("gpu_") and node.accelerator != "cuda":
+                continue  # a CPU node has no such series at all, rather than a constant 0
+            series, factor, _ = NODE_TELEMETRY[kind]
+            lines.append(f"{series}{{{name}}} {float(measured.get(kind, 0.0)) * factor:.15g}")
+    return slots + busy + up + states + [line for lines in usage.values() for line in lines]

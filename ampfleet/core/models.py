@@ -185,6 +185,9 @@ class Node(Base):
     )
     registered_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+    telemetry: Mapped[dict[str, Any] | None] = mapped_column(
+        comment="its ranks' utilisation and memory at the last heartbeat (agent telemetry)"
+    )
 
 
 class Allocation(Base):

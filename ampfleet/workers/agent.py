@@ -132,7 +132,9 @@ class NodeAgent:
                     result = session.execute(
                         update(Node)
                         .where(Node.id == self.node_id)
-                        .values(last_heartbeat_at=utcnow())
+                        .values(
+                            last_heartbeat_at=utcnow(), telemetry=self.supervisor.node_telemetry()
+                        )
                     )
                     if result.rowcount == 0:  # type: ignore[attr-defined]
                         self._register(session)

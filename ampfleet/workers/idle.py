@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from ampfleet.core.lifecycle import record_event, transition
 from ampfleet.core.models import Job, Project
 from ampfleet.core.states import ACTIVE_STATES, JobState
+from ampfleet.workers.telemetry import by_kind
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,8 @@ class IdlePolicy:
 def busiest(sample: dict[str, float]) -> float | None:
     """The busiest rank's utilisation in a telemetry sample: its GPU's where NVML reports
     one, else its CPU percent; None when no rank was sampled."""
-    gpu = [v for name, v in sample.items() if name.startswith("gpu_util_percent_rank")]
-    cpu = [v for name, v in sample.items() if name.startswith("cpu_percent_rank")]
-    values = gpu or cpu
+    kinds = by_kind(sample)
+    values = kinds["gpu_util_percent"] or kinds["cpu_percent"]
     return max(values) if values else None
 
 

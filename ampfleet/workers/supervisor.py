@@ -40,7 +40,7 @@ from ampfleet.workers.launch import launch_command, rank_environment, torchrun_a
 from ampfleet.workers.limits import RankLimits, TaskGroup
 from ampfleet.workers.profile_handover import hand_over_profiles
 from ampfleet.workers.rundir import RecordReader, RunDir
-from ampfleet.workers.telemetry import Nvml, RankTelemetry
+from ampfleet.workers.telemetry import Nvml, RankTelemetry, node_totals
 from ampfleet.workers.training.entry import PARENT_PID_VARIABLE, STACKS_SIGNAL
 from ampfleet.workers.uploads import ArtifactUploader
 
@@ -133,6 +133,10 @@ class Supervisor:
         self.uploads.restore_then(
             request.run_dir, request.job_id, lambda: self._requests.put(request)
         )
+
+    def node_telemetry(self) -> dict[str, float]:
+        """What this node's ranks use now, for its heartbeat (another thread: a snapshot)."""
+        return node_totals(a.telemetry.latest for a in list(self._running.values()))
 
     def shutdown(self) -> None:
         """Preempt every attempt (they checkpoint and go back to the queue), then stop."""

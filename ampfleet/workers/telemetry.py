@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,37 @@ from ampfleet.workers.series import Point
 
 log = logging.getLogger(__name__)
 MB = 1024 * 1024
+PER_RANK = ("cpu_percent", "rss_mb", "gpu_memory_mb", "gpu_util_percent")
+"""What a sample holds for each rank, as `<kind>_rank<R>` metrics."""
+
+
+def by_kind(sample: dict[str, float]) -> dict[str, list[float]]:
+    """A sample's values per kind, one per rank."""
+    kinds: dict[str, list[float]] = {kind: [] for kind in PER_RANK}
+    for name, value in sample.items():
+        kind, _, rank = name.rpartition("_rank")
+        if kind in kinds and rank.isdigit():
+            kinds[kind].append(value)
+    return kinds
+
+
+def node_totals(samples: Iterable[dict[str, float]]) -> dict[str, float]:
+    """What the node's ranks use together, from each attempt's latest sample: CPU percent
+    (of one core) and memory summed, GPU utilisation averaged over the ranks that hold one."""
+    kinds: dict[str, list[float]] = {kind: [] for kind in PER_RANK}
+    for sample in samples:
+        for kind, values in by_kind(sample).items():
+            kinds[kind] += values
+    totals = {
+        "ranks": float(len(kinds["rss_mb"])),
+        "cpu_percent": round(sum(kinds["cpu_percent"]), 2),
+        "rss_mb": round(sum(kinds["rss_mb"]), 2),
+    }
+    if kinds["gpu_util_percent"]:
+        util = kinds["gpu_util_percent"]
+        totals["gpu_util_percent"] = round(sum(util) / len(util), 2)
+        totals["gpu_memory_mb"] = round(sum(kinds["gpu_memory_mb"]), 2)
+    return totals
 
 
 @dataclass
@@ -83,6 +114,8 @@ class RankTelemetry:
         self._marks: dict[int, _CpuMark] = {}
         self._last_step = 0
         self._last_at = float("-inf")
+        self.latest: dict[str, float] = {}
+        """The last sample taken, by whoever took it (the node's heartbeat reports it)."""
 
     def take(self, step: int) -> list[Point]:
         """The points of this sample at `step`, or none when it is not due yet."""
@@ -118,6 +151,7 @@ class RankTelemetry:
             if self._nvml is not None:
                 values[f"gpu_memory_mb_rank{rank}"] = memory
                 values[f"gpu_util_percent_rank{rank}"] = util
+        self.latest = values
         return values
 
     def _cpu_percent(self, rank: int, cpu_s: float, started: float) -> float:

@@ -8,13 +8,14 @@ import itertools
 import re
 import shutil
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from ampfleet.core.db import session_scope
-from ampfleet.core.models import Job
+from ampfleet.core.models import Job, Node, utcnow
 from ampfleet.core.settings import get_settings
 from ampfleet.scheduler.loop import Scheduler
 from ampfleet.workers.ingest import AttemptFeed, apply_records
@@ -152,3 +153,37 @@ def test_a_key_can_be_required(make_key, anonymous: TestClient) -> None:
         admin = {"Authorization": f"Bearer {make_key()}"}
         assert anonymous.get("/metrics", headers=admin).status_code == 200
     assert anonymous.get("/metrics").status_code == 200
+
+
+def test_node_telemetry_is_a_series_per_node_and_fact(client: TestClient) -> None:
+    """A live node's latest figures; a silent node's are zero (stale figures would look
+    busy); GPU series only for GPU nodes, so none churns as jobs come and go."""
+    add_node(
+        "cpu-1",
+        slots=2,
+        accelerator="cpu",
+        gpu_model=None,
+        gpu_memory_mb=None,
+        telemetry={"ranks": 2.0, "cpu_percent": 180.0, "rss_mb": 900.5},
+    )
+    add_node(
+        "gpu-1",
+        slots=8,
+        accelerator="cuda",
+        telemetry={"ranks": 1.0, "gpu_util_percent": 87.5, "gpu_memory_mb": 40_000.0},
+    )
+    add_node("gone", slots=2, telemetry={"ranks": 2.0, "cpu_percent": 150.0})
+    with session_scope() as session:
+        gone = session.get(Node, "gone")
+        assert gone is not None
+        gone.last_heartbeat_at = utcnow() - timedelta(hours=1)
+    seen = samples(scrape(client))
+    mb = 1024 * 1024
+    assert seen['ampfleet_node_ranks{node="cpu-1"}'] == 2
+    assert seen['ampfleet_node_cpu_cores_used{node="cpu-1"}'] == pytest.approx(1.8)
+    assert seen['ampfleet_node_rank_memory_bytes{node="cpu-1"}'] == pytest.approx(900.5 * mb)
+    assert seen['ampfleet_node_gpu_utilization_ratio{node="gpu-1"}'] == 0.875
+    assert seen['ampfleet_node_gpu_memory_bytes{node="gpu-1"}'] == 40_000 * mb
+    assert seen['ampfleet_node_cpu_cores_used{node="gpu-1"}'] == 0  # not reported: zero
+    assert seen['ampfleet_node_cpu_cores_used{node="gone"}'] == 0
+    assert not [k for k in seen if k.startswith("ampfleet_node_gpu_") and "cpu-1" in k]

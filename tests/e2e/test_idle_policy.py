@@ -1,9 +1,10 @@
 """A project's idle policy on a real fleet: a job whose ranks sleep instead of computing is
 told it idles, with the figures, and stopped when the project asks; a job of a project
-without a policy is left alone."""
+without a policy is left alone, and its node's heartbeat carries its ranks to /metrics."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,11 @@ from tests.support.fleet import FleetFactory
 from tests.support.probe_recipe import install_probe
 
 pytestmark = pytest.mark.e2e
+NODE_RANKS = re.compile(r"^ampfleet_node_ranks\{[^}]*\} (\S+)$", re.MULTILINE)
+
+
+def _node_ranks(exposition: str) -> float:
+    return sum(float(value) for value in NODE_RANKS.findall(exposition))
 
 
 def test_a_job_that_idles_is_told_and_stopped(make_fleet: FleetFactory, tmp_path: Path) -> None:
@@ -42,5 +48,11 @@ def test_a_job_that_idles_is_told_and_stopped(make_fleet: FleetFactory, tmp_path
     # Without a policy the same job runs on: it is cancelled by hand, never by the watch.
     fleet.http.put("/v1/projects/default", json={})
     calm = fleet.submit({**sleeper, "stop": {"max_steps": 40}})
+    # Its node's heartbeat carries what its ranks use: /metrics has it per node.
+    fleet.wait_until(
+        lambda: _node_ranks(fleet.http.get("/metrics").text) >= 1,
+        timeout=120,
+        what="the node's rank count on /metrics",
+    )
     fleet.wait_for_state(calm["id"], {"SUCCEEDED"}, timeout=240)
     assert [e for e in fleet.events(calm["id"]) if e["reason"] == "idle"] == []

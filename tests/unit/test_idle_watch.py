@@ -4,6 +4,7 @@ once, the end of a reported spell once, and a dip shorter than the window never.
 from __future__ import annotations
 
 from ampfleet.workers.idle import IdlePolicy, IdleWatch, busiest
+from ampfleet.workers.telemetry import node_totals
 
 POLICY = IdlePolicy(below_percent=20, window_s=60, action="event")
 
@@ -45,3 +46,20 @@ def test_sampling_is_paced_by_the_interval() -> None:
     assert watch.due(100.0, 10.0)
     assert not watch.due(105.0, 10.0)
     assert watch.due(110.0, 10.0)
+
+
+def test_a_node_sums_its_ranks_and_averages_their_gpus() -> None:
+    attempts = [
+        {"cpu_percent_rank0": 90.0, "rss_mb_rank0": 100.0, "gpu_util_percent_rank0": 80.0},
+        {"cpu_percent_rank1": 50.0, "rss_mb_rank1": 300.0, "gpu_util_percent_rank1": 40.0},
+        {},  # an attempt not sampled yet
+    ]
+    totals = node_totals(attempts)
+    assert totals == {
+        "ranks": 2.0,
+        "cpu_percent": 140.0,
+        "rss_mb": 400.0,
+        "gpu_util_percent": 60.0,
+        "gpu_memory_mb": 0.0,
+    }
+    assert node_totals([]) == {"ranks": 0.0, "cpu_percent": 0.0, "rss_mb": 0.0}

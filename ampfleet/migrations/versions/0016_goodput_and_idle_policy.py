@@ -1,4 +1,4 @@
-"""goodput and idle policy
+"""goodput, idle policy, node telemetry
 
 Revision ID: 0016
 Revises: 0015
@@ -6,7 +6,8 @@ Create Date: 2026-12-02
 
 What each attempt's time went to (training steps, checkpoint stalls, evaluation, steps
 recomputed), as its rank 0 counted it: with the allocation rows, a job's and a project's
-goodput. And a project's idle policy: jobs whose utilisation stays low get told or stopped.
+goodput. A project's idle policy: jobs whose utilisation stays low get told or stopped. And
+each node's ranks' utilisation and memory as its last heartbeat carried them (/metrics).
 """
 
 from collections.abc import Sequence
@@ -59,6 +60,15 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("job_id", "attempt", name=op.f("pk_attempt_usage")),
     )
+    with op.batch_alter_table("nodes") as batch:
+        batch.add_column(
+            sa.Column(
+                "telemetry",
+                sa.JSON(),
+                nullable=True,
+                comment="its ranks' utilisation and memory at the last heartbeat (agent telemetry)",
+            )
+        )
     with op.batch_alter_table("projects") as batch:
         batch.add_column(
             sa.Column(
@@ -73,4 +83,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("projects") as batch:
         batch.drop_column("idle_policy")
+    with op.batch_alter_table("nodes") as batch:
+        batch.drop_column("telemetry")
     op.drop_table("attempt_usage")
