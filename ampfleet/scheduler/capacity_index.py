@@ -80,6 +80,14 @@ class CapacityIndex:
                 count += len(bucket)
         return count
 
+    def least_free_at_least(self, groups: Iterable[int], slots: int) -> int | None:
+        """The fewest free slots, at least `slots`, that some node of `groups` has."""
+        buckets = [self._buckets[group] for group in groups]
+        for free in range(max(slots, 1), self.max_free + 1):
+            if any(bucket[free] for bucket in buckets):
+                return free
+        return None
+
     def best_fit(self, groups: Sequence[int], nodes: int, per_node: int) -> list[int] | None:
         """`nodes` distinct nodes with at least `per_node` free, the fewest left over first."""
         groups = self._with_free(groups)
