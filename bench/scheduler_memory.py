@@ -2,6 +2,7 @@
 
     python -m bench.scheduler_memory                 # 10,000 queued jobs, 1,000 nodes x 8
     python -m bench.scheduler_memory --jobs 2000 --nodes 200
+    python -m bench.scheduler_memory --racks 50      # nodes in racks too (topology.py)
 
 The fleet starts empty and the queue asks for several times its slots, so a pass fills it and
 explains every job left waiting. Speed is placements per second of `schedule` (and all jobs
@@ -30,11 +31,11 @@ PROJECTS = 20
 
 
 def make_scenario(
-    jobs: int = 10_000, nodes: int = 1_000, slots: int = 8, seed: int = 0
+    jobs: int = 10_000, nodes: int = 1_000, slots: int = 8, seed: int = 0, racks: int = 0
 ) -> tuple[list[JobRequest], list[NodeView]]:
     """A queue of gangs of 1-8 slots (half fixed shapes, half totals; 3 priorities; 20
     projects; a third with GPU type, memory or zone constraints) and an idle CUDA fleet in
-    three pools over two zones."""
+    three pools over two zones; with `racks`, also in that many racks of consecutive nodes."""
     rng = random.Random(seed)
     fleet = []
     for i in range(nodes):
@@ -45,7 +46,11 @@ def make_scenario(
                 accelerator="cuda",
                 gpu_model=model,
                 gpu_memory_mb=memory,
-                labels={"pool": pool, "zone": "eu-1" if i % 2 else "us-1"},
+                labels={
+                    "pool": pool,
+                    "zone": "eu-1" if i % 2 else "us-1",
+                    **({"rack": f"r{i * racks // nodes:03d}"} if racks else {}),
+                },
                 slots=slots,
                 free=slots,
             )
@@ -87,10 +92,10 @@ def _pool_of(fraction: float) -> tuple[str, str, int, float]:
 
 
 def run_in_memory(
-    jobs: int = 10_000, nodes: int = 1_000, slots: int = 8, seed: int = 0
+    jobs: int = 10_000, nodes: int = 1_000, slots: int = 8, seed: int = 0, racks: int = 0
 ) -> dict[str, float]:
     """One timed pass over `make_scenario(...)`: its speed and its packing against the ideal."""
-    queue, fleet = make_scenario(jobs, nodes, slots, seed)
+    queue, fleet = make_scenario(jobs, nodes, slots, seed, racks)
     started = time.perf_counter()
     decision = schedule(queue, fleet, [], {}, {}, now=0.0)
     seconds = time.perf_counter() - started
@@ -115,11 +120,16 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--racks", type=int, default=0)
     args = parser.parse_args()
-    runs = [run_in_memory(args.jobs, args.nodes, args.slots, args.seed) for _ in range(args.runs)]
+    runs = [
+        run_in_memory(args.jobs, args.nodes, args.slots, args.seed, args.racks)
+        for _ in range(args.runs)
+    ]
     median = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    racked = f" in {args.racks} racks" if args.racks else ""
     print(
-        f"{args.jobs} queued jobs, {args.nodes} nodes x {args.slots} slots, "
+        f"{args.jobs} queued jobs, {args.nodes} nodes x {args.slots} slots{racked}, "
         f"median of {args.runs} passes"
     )
     print(f"  pass time          {median['seconds'] * 1000:8.1f} ms")

@@ -74,6 +74,8 @@ def _place_chunk(session: Session, snapshot: Snapshot, placements: list[Placemen
     for job_id, attempt, _, project in moved:
         placement = wanted[job_id]
         where = ", ".join(f"{node} x{slots}" for node, slots in placement.allocations)
+        if placement.topology is not None:
+            where += f" {placement.topology}"
         if placement.shape is not None:
             ranks = sum(slots for _, slots in placement.allocations)
             where += (

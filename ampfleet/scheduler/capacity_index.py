@@ -80,8 +80,19 @@ class CapacityIndex:
                 count += len(bucket)
         return count
 
+    def least_free_at_least(self, groups: Iterable[int], slots: int) -> int | None:
+        """The fewest free slots, at least `slots`, that some node of `groups` has."""
+        buckets = [self._buckets[group] for group in groups]
+        for free in range(max(slots, 1), self.max_free + 1):
+            if any(bucket[free] for bucket in buckets):
+                return free
+        return None
+
     def best_fit(self, groups: Sequence[int], nodes: int, per_node: int) -> list[int] | None:
         """`nodes` distinct nodes with at least `per_node` free, the fewest left over first."""
+        groups = self._with_free(groups)
+        if self.nodes_with_at_least(groups, per_node) < nodes:
+            return None  # a count of bucket lengths, instead of walking every bucket
         chosen: list[int] = []
         for free in range(per_node, self.max_free + 1):
             for node in self._by_id(groups, free):
@@ -99,6 +110,7 @@ class CapacityIndex:
         """
         if self.total_free(groups) < total:
             return None
+        groups = self._with_free(groups)
         for free in range(total, self.max_free + 1):
             for node in self._by_id(groups, free):
                 return [(node, total)]
@@ -119,6 +131,12 @@ class CapacityIndex:
                 if node not in skip:
                     return node
         raise AssertionError("a node with enough free slots was seen by the caller")
+
+    def _with_free(self, groups: Sequence[int]) -> list[int]:
+        """The groups with a free slot: in a busy fleet most have none, and the bucket
+        loops then skip them once instead of once per free count."""
+        group_free = self._group_free
+        return [group for group in groups if group_free[group]]
 
     def _by_id(self, groups: Sequence[int], free: int) -> Iterable[int]:
         lists = [bucket for group in groups if (bucket := self._buckets[group][free])]

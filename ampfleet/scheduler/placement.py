@@ -12,6 +12,10 @@ The rules, and why each one is there:
 * Gangs are all or nothing: a distributed job with some ranks started holds GPUs idle at its
   rendezvous. Best fit for fixed shapes and the fewest nodes for totals keep whole nodes free
   for the large gangs that need them, and fewer nodes means less AllReduce over the network.
+* A job on more than one node goes within one rack when one can hold it, else within one
+  zone, else across (`topology.py`, labels `TOPOLOGY_LABELS`): its AllReduce then crosses the
+  fewest, fastest links. A preference among the plans that fit now, never a reason to wait;
+  the placement says where the job landed (`Placement.topology`).
 * Quotas cap what a project holds at once; a capped job never blocks other projects.
 * A restart whose shape is not free runs on the ranks that are, down to its `procs_min` (it
   resumes from its checkpoint resharded onto them), before any preemption or reservation:
@@ -29,7 +33,8 @@ The rules, and why each one is there:
   is gone, so the next pass picks the same victims again; the caller treats a repeat as a no-op.
 
 The pass's state (free slots, holds, charges, what it has claimed) lives in `_Pass`; the
-search for victims is `preemption.py`'s, and the words of every reason are `reasons.py`'s.
+search for victims is `preemption.py`'s, the choice of rack or zone `topology.py`'s, and the
+words of every reason are `reasons.py`'s.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from ampfleet.core.fleet import JobRequest, NodeView, fits_fleet, matches
 from ampfleet.scheduler import reasons
 from ampfleet.scheduler.capacity_index import CapacityIndex, Overlay
 from ampfleet.scheduler.preemption import Preemptible
+from ampfleet.scheduler.topology import Topology, labels_in_use
 
 __all__ = [
     "Decision",
@@ -86,6 +92,9 @@ class Placement:
     """(node id, slots) in node-rank order: rank 0 first."""
     shape: int | None = None
     """The ranks the job asked for, when this restart runs on fewer (its procs_min)."""
+    topology: str | None = None
+    """Where a job on more than one node sits on the network, in words (`reasons.spread`);
+    None when it is on one node or its nodes carry no topology label (`topology.py`)."""
 
 
 @dataclass(frozen=True)
@@ -290,9 +299,17 @@ class _Pass:
                 self.down[group] += 1
         usable = (node.slots for node in self.nodes if node.schedulable)
         self.index = CapacityIndex(len(self.examples), max(usable, default=0))
+        free = [min(max(node.free, 0), node.slots) for node in self.nodes]
         for number, node in enumerate(self.nodes):
             if node.schedulable:
-                self.index.add(number, group_of[number], min(max(node.free, 0), node.slots))
+                self.index.add(number, group_of[number], free[number])
+        levels = labels_in_use(node.labels for node in self.nodes)
+        located = [
+            (number, group_of[number], node.labels, free[number])
+            for number, node in enumerate(self.nodes)
+            if node.schedulable and levels
+        ]
+        self.topology = Topology(levels, self.index.max_free, located)
 
     # -- one job ----------------------------------------------------------------------------
 
@@ -313,10 +330,19 @@ class _Pass:
         groups = self._groups(job, constraints)
         hopeless = self._hopeless(job, constraints, groups)
         plan = _plan(self.index, groups, job) if hopeless is None else None
+        spread = None
+        if plan is not None and len(plan) > 1:
+            per_node = None if job.total_procs is not None else job.procs_per_node or 1
+            plan, spread = self.topology.prefer(
+                groups, plan, lambda index, within: _plan(index, within, job), per_node
+            )
         if plan is None:
             plan = _fewer_ranks(self.index, groups, job)
+            if plan is not None and len(plan) > 1:
+                spread = self.topology.describe(groups, plan)
         if plan is not None:
-            self._place(job, plan)
+            topology = None if spread is None else reasons.spread(spread, job)
+            self._place(job, plan, topology)
             return
         if hopeless is not None:
             self.pending.append((job.id, reasons.no_node_matches(hopeless), None))
@@ -399,17 +425,21 @@ class _Pass:
         ]
         return in_the_way if overlay.fits() else []
 
-    def _place(self, job: JobRequest, plan: _Plan) -> None:
+    def _place(self, job: JobRequest, plan: _Plan, topology: str | None = None) -> None:
         slots = sum(share for _, share in plan)
         for node, share in plan:
-            self.index.take(node, share)
+            self._take(node, share)
         self.changes += 1
         self.holding[job.project] = self.holding.get(job.project, 0) + slots
         self.jobs_placed[job.project] = self.jobs_placed.get(job.project, 0) + 1
         self.charged[job.project] = self.charged.get(job.project, 0.0) + slots * PLACED_CHARGE_S
         allocations = tuple((self.nodes[node].id, share) for node, share in plan)
         shrunk = job.slots if slots < job.slots else None
-        self.placements.append(Placement(job.id, allocations, shrunk))
+        self.placements.append(Placement(job.id, allocations, shrunk, topology))
+
+    def _take(self, node: int, slots: int) -> None:
+        self.index.take(node, slots)
+        self.topology.take(node, slots)
 
     # -- holding slots for later ------------------------------------------------------------
 
@@ -432,7 +462,7 @@ class _Pass:
         for node, share in plan:
             needed_now = min(self.index.free(node), share - overlay.returned.get(node, 0))
             if needed_now > 0:
-                self.index.take(node, needed_now)
+                self._take(node, needed_now)
                 held.append((node, needed_now))
         self.changes += 1
         self.holds.append((job.id, job.project, held))

@@ -1,8 +1,9 @@
-"""What a pending job is told: the words of every reason a pass gives, kept in one place.
+"""What a job is told: the words of every reason a pass gives, kept in one place.
 
 A reason is read by the job's owner (`ampfleet status`, the console, GET /v1/queue), so it
 names the owner's own jobs by id and only counts other projects' jobs: their ids are theirs
-to see. The decisions behind the words are placement's (`ampfleet.scheduler.placement`).
+to see. The decisions behind the words are placement's (`ampfleet.scheduler.placement`);
+a pending job gets a reason, a placed one on several nodes where it sits on the network.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 
 from ampfleet.core.fleet import JobRequest, describe_constraints
 from ampfleet.scheduler.capacity_index import CapacityIndex
+from ampfleet.scheduler.topology import Spread
 
 Named = tuple[str, str]
 """(job id, project) of a job a reason mentions."""
@@ -67,13 +69,33 @@ def no_reservation(waiting: str) -> str:
     return f"{waiting}; no running job reports an end that frees enough"
 
 
+def spread(where: Spread, job: JobRequest) -> str:
+    """'in rack r1', 'in zone eu-1 (no single rack had room for 2 x 4 slots)', 'across racks
+    r1, r2 (no single rack or zone had room for 12 slots)': part of the placement event."""
+    if where.within:
+        text = f"in {where.label} {where.names[0]}"
+    else:
+        parts = []
+        if where.names:
+            plural = "s" if len(where.names) > 1 else ""
+            parts.append(f"{where.label}{plural} {', '.join(where.names)}")
+        if where.unlabelled:
+            parts.append(f"{where.unlabelled} node(s) without a {where.label} label")
+        text = "across " + " and ".join(parts)
+    if where.missed:
+        text += f" (no single {' or '.join(where.missed)} had room for {_shape(job)})"
+    return text
+
+
+def _shape(job: JobRequest) -> str:
+    if job.total_procs is not None:
+        return f"{job.total_procs} slots"
+    return f"{job.nodes or 1} x {job.procs_per_node or 1} slots"
+
+
 def _request(job: JobRequest) -> str:
     """'2 x 4 slots of cuda, pool=a100': what reasons call the request."""
-    if job.total_procs is not None:
-        shape = f"{job.total_procs} slots"
-    else:
-        shape = f"{job.nodes or 1} x {job.procs_per_node or 1} slots"
-    return f"{shape} of {describe_constraints(job)}"
+    return f"{_shape(job)} of {describe_constraints(job)}"
 
 
 def _free(job: JobRequest, index: CapacityIndex, groups: Sequence[int]) -> str:

@@ -32,6 +32,7 @@ from ampfleet.workers.bundles import bundle_dir, ensure_unpacked
 from ampfleet.workers.fallbacks import earlier_fallbacks
 from ampfleet.workers.ingest import store_setup_output
 from ampfleet.workers.inputs import ensure_inputs, local_paths
+from ampfleet.workers.launch import rank_nodes
 from ampfleet.workers.node import Capacity, detect_capacity
 from ampfleet.workers.rendezvous import RendezvousWaiter
 from ampfleet.workers.requirements import (
@@ -187,8 +188,7 @@ class NodeAgent:
                 allocations[0].rendezvous = rendezvous
             brought = self._brought(job)
             brought["earlier_fallbacks"] = earlier_fallbacks(session, job.id, job.attempt)
-            # torchrun numbers ranks node by node, in node-rank order.
-            brought["rank_nodes"] = [a.node_id for a in allocations for _ in range(a.slots)]
+            brought["rank_nodes"] = rank_nodes([(a.node_id, a.slots) for a in allocations])
             run_dir = self._prepare_run_dir(job, node_rank, brought)
             stop = Stop.model_validate(job.resolved["stop"])
             return LaunchRequest(

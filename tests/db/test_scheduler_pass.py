@@ -47,6 +47,31 @@ def test_a_pass_places_gangs_and_explains_the_rest(client: TestClient) -> None:
     assert Scheduler().run_pass() == 0  # nothing changed: nothing placed twice
 
 
+def test_a_two_node_job_goes_within_one_rack_and_its_event_says_so(client: TestClient) -> None:
+    # Node id order alone would split the job across r1 and r2.
+    add_node("gpu-1", 2, labels={"rack": "r1"})
+    add_node("gpu-2", 2, labels={"rack": "r2"})
+    add_node("gpu-3", 2, labels={"rack": "r1"})
+    job = submit(client, resources={"nodes": 2, "procs_per_node": 2})
+    assert Scheduler().run_pass() == 1
+    with session_scope() as session:
+        allocations = session.scalars(
+            select(Allocation).where(Allocation.job_id == job["id"]).order_by(Allocation.node_rank)
+        ).all()
+        assert [(a.node_rank, a.node_id) for a in allocations] == [(0, "gpu-1"), (1, "gpu-3")]
+    events = client.get(f"/v1/jobs/{job['id']}/events").json()["items"]
+    placed = [e["message"] for e in events if e["reason"] == "placed"]
+    assert placed == ["attempt 1 on gpu-1 x2, gpu-3 x2 in rack r1"]
+    across = submit(client, resources={"nodes": 2, "procs_per_node": 2})
+    add_node("gpu-4", 2, labels={"rack": "r3"})
+    assert Scheduler().run_pass() == 1
+    events = client.get(f"/v1/jobs/{across['id']}/events").json()["items"]
+    assert [e["message"] for e in events if e["reason"] == "placed"] == [
+        "attempt 1 on gpu-2 x2, gpu-4 x2 across racks r2, r3 "
+        "(no single rack had room for 2 x 2 slots)"
+    ]
+
+
 def test_admission_refuses_what_can_never_fit(client: TestClient) -> None:
     add_node("gpu-1", 8)
     too_wide = client.post("/v1/jobs", json=job_spec(resources={"procs_per_node": 16}))

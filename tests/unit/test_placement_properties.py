@@ -57,14 +57,24 @@ class World:
 
 
 @st.composite
-def fleets(draw: st.DrawFn, max_nodes: int = 10) -> tuple[list[NodeView], list[RunningJob]]:
-    """Nodes, and running jobs whose allocations account for every used slot."""
+def fleets(
+    draw: st.DrawFn, max_nodes: int = 10, *, located: bool = False
+) -> tuple[list[NodeView], list[RunningJob]]:
+    """Nodes, and running jobs whose allocations account for every used slot; `located`:
+    most nodes carry a rack and a zone label, some one of them or neither."""
     shapes = []
+    locations: dict[str, dict[str, str]] = {}
     for i in range(draw(st.integers(1, max_nodes))):
         accelerator = draw(st.sampled_from(["cuda", "cuda", "cpu"]))
         model = draw(st.sampled_from(MODELS[accelerator]))
         slots = draw(st.integers(2, 8))
         shapes.append((f"n{i}", accelerator, model, slots, draw(st.sampled_from(["x", "y"]))))
+        if located:
+            rack = draw(st.sampled_from([None, "r1", "r2", "r2", "r3", "r3"]))
+            zone = draw(st.sampled_from([None, "eu", "us", "us"]))
+            locations[f"n{i}"] = {
+                key: value for key, value in (("rack", rack), ("zone", zone)) if value
+            }
     used = {node_id: 0 for node_id, *_ in shapes}
     running = []
     for r in range(draw(st.integers(0, 8))):
@@ -93,7 +103,7 @@ def fleets(draw: st.DrawFn, max_nodes: int = 10) -> tuple[list[NodeView], list[R
             accelerator=accelerator,
             gpu_model=model,
             gpu_memory_mb=MEMORY.get(model or ""),
-            labels={"pool": pool},
+            labels={"pool": pool, **locations.get(node_id, {})},
             slots=slots,
             free=slots - used[node_id],
             schedulable=draw(st.booleans()) or draw(st.booleans()),  # 3 in 4 schedulable
@@ -131,8 +141,8 @@ def requests(draw: st.DrawFn, max_jobs: int = 14) -> list[JobRequest]:
 
 
 @st.composite
-def worlds(draw: st.DrawFn, *, quotas: bool = True) -> World:
-    nodes, running = draw(fleets())
+def worlds(draw: st.DrawFn, *, quotas: bool = True, located: bool = False) -> World:
+    nodes, running = draw(fleets(located=located))
     policies = {
         project: ProjectPolicy(
             weight=draw(st.sampled_from([1.0, 2.0, 3.0])),
@@ -322,6 +332,51 @@ def test_a_total_goes_on_the_fewest_nodes(
         assert decision.placements == []
     else:
         assert len(decision.placements[0].allocations) == fewest
+
+
+@QUICK
+@given(worlds(located=True), st.randoms(use_true_random=False))
+def test_invariants_and_order_independence_hold_on_racks_and_zones(
+    world: World, rng: random.Random
+) -> None:
+    decision = world.decide()
+    check(world, decision)
+    shuffled = replace(world, nodes=rng.sample(world.nodes, len(world.nodes)))
+    assert shuffled.decide() == decision
+
+
+@QUICK
+@given(fleets(located=True), requests(max_jobs=1))
+def test_a_job_on_several_nodes_stays_in_one_rack_or_zone_when_one_can_hold_it(
+    fleet: tuple[list[NodeView], list[RunningJob]], jobs: list[JobRequest]
+) -> None:
+    """From first principles: a job that one node cannot hold, and that all of some rack's
+    free slots (else some zone's) can, is placed within one rack (else one zone)."""
+    nodes, _ = fleet
+    decision = schedule(jobs, nodes, [], {}, {}, NOW)
+    if not decision.placements:
+        return
+    job, placement = jobs[0], decision.placements[0]
+    free = {node.id: node.free for node in nodes}
+    by_id = {node.id: node for node in nodes}
+    if job.total_procs is None and (job.nodes or 1) == 1:
+        return  # one node: placed as without topology
+    if job.total_procs is not None and any(fits(job, free, [n]) for n in nodes):
+        return  # a total that one node can hold, likewise
+    for label in ("rack", "zone"):
+        domains = {node.labels[label] for node in nodes if label in node.labels}
+        holding = [
+            name
+            for name in sorted(domains)
+            if fits(job, free, [n for n in nodes if n.labels.get(label) == name])
+        ]
+        if holding:
+            names = {by_id[node_id].labels.get(label) for node_id, _ in placement.allocations}
+            assert len(names) == 1, f"not within one {label}"
+            assert names.pop() in holding
+            assert placement.topology is not None
+            assert placement.topology.startswith(f"in {label} ")
+            return
 
 
 @QUICK
