@@ -32,7 +32,6 @@ from ampfleet.workers.bundles import bundle_dir, ensure_unpacked
 from ampfleet.workers.fallbacks import earlier_fallbacks
 from ampfleet.workers.ingest import store_setup_output
 from ampfleet.workers.inputs import ensure_inputs, local_paths
-from ampfleet.workers.launch import rank_nodes
 from ampfleet.workers.node import Capacity, detect_capacity
 from ampfleet.workers.rendezvous import RendezvousWaiter
 from ampfleet.workers.requirements import (
@@ -188,7 +187,7 @@ class NodeAgent:
                 allocations[0].rendezvous = rendezvous
             brought = self._brought(job)
             brought["earlier_fallbacks"] = earlier_fallbacks(session, job.id, job.attempt)
-            brought["rank_nodes"] = rank_nodes([(a.node_id, a.slots) for a in allocations])
+            brought["node"] = self.node_id  # the ranks gather which rank runs where
             run_dir = self._prepare_run_dir(job, node_rank, brought)
             stop = Stop.model_validate(job.resolved["stop"])
             return LaunchRequest(

@@ -17,7 +17,7 @@ import os
 import runpy
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from ampfleet.workers.netif import socket_interface_environment
@@ -111,18 +111,6 @@ def torchrun_args(
             f"--local-addr={local_addr}",
         ]
     return [*args, "-m", "ampfleet.workers.training.entry", run_dir]
-
-
-def rank_nodes(allocations: Sequence[tuple[str, int]]) -> list[str]:
-    """The node of each rank, rank 0 first, for (node id, slots) in node-rank order.
-
-    torchrun gives each node one consecutive block of ranks, as many as its processes (also
-    when nodes run different numbers, as a packed total's 3 + 1 does), the nodes in the order
-    its rendezvous ranks them. c10d ranks them by their `--local-addr` as a string, then by
-    process id: node-rank order only where the nodes' addresses sort that way (on one host,
-    where node 0's torchrun starts first). Elsewhere these names are a guess.
-    """
-    return [node for node, slots in allocations for _ in range(slots)]
 
 
 def children(pid: int) -> list[int]:

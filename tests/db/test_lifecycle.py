@@ -138,7 +138,7 @@ def test_duplicate_start_message_launches_once(backend: str) -> None:
     # No monitoring.hang_timeout_s in the spec: the node's; collectives time out after it.
     assert launched[0].hang_timeout_s == settings.hang_timeout_s
     assert job_file["process_group_timeout_s"] == settings.hang_timeout_s + 60
-    assert job_file["rank_nodes"] == [settings.node_name] * 2
+    assert job_file["node"] == settings.node_name
     assert job_file["earlier_fallbacks"] == []
     with session_scope() as session:
         job = session.get(Job, job_id)

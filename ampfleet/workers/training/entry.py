@@ -31,7 +31,7 @@ from ampfleet.workers.rank_memory import out_of_memory
 from ampfleet.workers.rundir import RecordWriter, RunDir
 from ampfleet.workers.training.bundled import bundled_recipe
 from ampfleet.workers.training.export import RunSummary, export_run
-from ampfleet.workers.training.group import leave_process_group
+from ampfleet.workers.training.group import leave_process_group, nodes_of_ranks
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.parallel import ParallelConfig
 from ampfleet.workers.training.precision import resolve_allreduce_dtype, resolve_precision
@@ -161,7 +161,7 @@ def run(
         run_dir=run_dir.path,
         straggler_factor=spec.monitoring.straggler_factor,
         straggler_reports=spec.monitoring.straggler_reports,
-        rank_nodes=tuple(job.get("rank_nodes", ())),
+        rank_nodes=nodes_of_ranks(job["node"]),
     )
     writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
     try:

@@ -22,6 +22,18 @@ def leave_process_group(*, completed: bool) -> None:
     dist.destroy_process_group()
 
 
+def nodes_of_ranks(node: str) -> tuple[str, ...]:
+    """Each rank's node, rank 0 first, as the ranks themselves say (one collective at start).
+
+    torchrun gives each node one consecutive block of ranks, but orders the nodes as its
+    rendezvous ranks them (c10d: by `--local-addr` as a string, then process id), not by
+    the node ranks the scheduler gave them: rank 0 may be on any node. Only the ranks know.
+    """
+    names: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(names, node)
+    return tuple(str(name) for name in names)
+
+
 def started(work: dist.Work | None) -> dist.Work:
     """The handle of an asynchronous collective or send. torch answers None on a rank outside
     the collective's group; ours never leave a rank out, so None is a broken group."""
