@@ -64,8 +64,8 @@ class LaunchRequest:
     code_dir: str | None = None  # set: the ranks run bundled code, in the sandbox if on
     input_paths: tuple[str, ...] = ()  # the job's inputs on this node: read-only in the sandbox
     python: str | None = None  # the interpreter of its code.requirements, if it has any
-    hang_timeout_s: float | None = None
-    """The job's monitoring.hang_timeout_s; None: the node's."""
+    hang_timeout_s: float = field(kw_only=True)
+    """The job's monitoring.hang_timeout_s, or the node's default (the agent chose)."""
     runtime_only: bool = False
     """max_runtime_s is how long to train: the ranks stop themselves and finish the run;
     the agent stops them (TIMED_OUT) only if they are still at it a preemption grace later."""
@@ -369,16 +369,13 @@ class Supervisor:
         latest = max([attempt.last_news, *(beat.time for beat in attempt.beats)])
         return time.time() - latest
 
-    def _hang_timeout(self, attempt: RunningAttempt) -> float:
-        return attempt.request.hang_timeout_s or self.settings.hang_timeout_s
-
     def _silence_allowed(self, attempt: RunningAttempt) -> float:
         """The hang timeout is for a running job; until its ranks first beat or report, they
         are still starting (importing torch, building data, meeting at the rendezvous), which
         on a busy node can outlast a short hang timeout, so start-up gets the start timeout."""
         if attempt.heard_from:
-            return self._hang_timeout(attempt)
-        return max(self._hang_timeout(attempt), self.settings.start_timeout_s)
+            return attempt.request.hang_timeout_s
+        return max(attempt.request.hang_timeout_s, self.settings.start_timeout_s)
 
     def _stop_attempt(self, attempt: RunningAttempt, reason: str) -> None:
         if attempt.stop_reason:
@@ -529,7 +526,7 @@ class Supervisor:
             request.attempt,
             reason=HUNG,
             message=f"no rank on node {self.settings.node_name} moved on for "
-            f"{self._hang_timeout(attempt):.0f}s (the hang timeout): {where}. The rank "
+            f"{attempt.request.hang_timeout_s:.0f}s (the hang timeout): {where}. The rank "
             "furthest behind is the likely culprit, the others wait for it in a collective; "
             "each rank's Python stacks at the hang are in its stderr log",
         )

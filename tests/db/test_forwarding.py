@@ -137,7 +137,9 @@ def test_records_read_while_commits_fail_are_stored_once_afterwards(
     sleeper = subprocess.Popen(["sleep", "120"], start_new_session=True)
     try:
         with open(os.devnull, "wb") as launcher_log:
-            request = LaunchRequest(job_id, 1, 0, 1, 2, None, run_dir, None)
+            request = LaunchRequest(
+                job_id, 1, 0, 1, 2, None, run_dir, None, hang_timeout_s=settings.hang_timeout_s
+            )
             attempt = RunningAttempt(
                 request,
                 sleeper,
