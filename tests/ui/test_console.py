@@ -266,6 +266,10 @@ def test_job_page_follows_a_run_to_success_with_live_charts(
     expect(page.locator("#job-state")).to_have_attribute("data-state", "SUCCEEDED")
     expect(page.locator("#stream-status")).to_have_text("ended")
     expect(loss).to_have_attribute("data-points", live_points or "")
+    # Where its slot-seconds went, from the job's GET (one attempt: nothing recomputed).
+    expect(page.locator("#job-goodput")).to_contain_text("slot-seconds in training")
+    expect(page.locator("#job-goodput")).to_contain_text("startup")
+    expect(page.locator("#job-goodput")).not_to_contain_text("recomputed")
     expect(page.locator("#chart-validation polyline[data-series='val_accuracy']")).to_have_count(1)
     history = next(r for r in requests if f"/v1/jobs/{job['id']}/metrics?" in r.url)
     last_metric_id = history.response().json()["last_metric_id"]  # type: ignore[union-attr]

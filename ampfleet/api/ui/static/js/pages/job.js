@@ -24,6 +24,16 @@ function settingText(setting) {
   return setting.effective === setting.requested ? setting.effective : `${setting.effective} (requested ${setting.requested})`;
 }
 
+// Where the job's slot-seconds went (GET /v1/jobs/{id} only: actions answer without it).
+const GOODPUT_KINDS = ["startup", "recomputed", "checkpoint", "evaluation", "other"];
+function goodputText(g) {
+  if (!g || !g.allocated_slot_s) return "—";
+  const share = (v) => `${((v / g.allocated_slot_s) * 100).toFixed(0)}%`;
+  const lost = GOODPUT_KINDS.filter((k) => g[`${k}_slot_s`] > 0).map((k) => `${k} ${share(g[`${k}_slot_s`])}`);
+  return `${share(g.training_slot_s)} of ${num(g.allocated_slot_s)} slot-seconds in training` +
+    (lost.length ? `; ${lost.join(", ")}` : "") + ` (${g.attempts} attempt${g.attempts === 1 ? "" : "s"})`;
+}
+
 function timelineItem(event) {
   const transition = event.kind === "transition";
   return h("li", { class: `event ${transition ? "transition" : "info"}`, dataset: { id: event.id, to: event.to_state || "" } },
@@ -42,6 +52,7 @@ export function jobPage(ctx, jobId) {
   const events = new Map();
   const goals = new Map(); // metric name -> "min" | "max" | null, from the metrics summary
   let job = null;
+  let goodput = null;
   let drawQueued = false;
 
   const head = h("div", { class: "page-head" }, h("a", { href: "#/jobs", class: "back" }, "← Jobs"), h("h1", {}, jobId));
@@ -117,12 +128,14 @@ export function jobPage(ctx, jobId) {
 
   // On load, a state change and an action's answer: everything but the live parts.
   const drawSummary = () => {
+    goodput = job.goodput ?? goodput;
     const jobState = stateBadge(job.state, { id: "job-state", "data-state": job.state });
     fill(head.querySelector("h1"), job.name || job.id, " ", jobState);
     fill(summary,
       [["id", job.id], ["recipe", job.recipe], ["project", job.project], ["attempt", String(job.attempt)],
         ["precision", settingText(job.precision)], ["AllReduce dtype", settingText(job.allreduce_dtype)]]
         .flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
+      h("dt", {}, "goodput"), h("dd", { id: "job-goodput" }, goodputText(goodput)),
       h("dt", {}, "created"), created,
       h("dt", {}, "running for"), runFor,
       headlineTerm, headlineValue,
