@@ -6,9 +6,10 @@ on vs off, the same model and ranks, modes interleaved round by round.
 on:  every `--log-every` step reported (the spec's default is 10; 1 is the worst case):
      phases timed, the report's all_reduce of loss, peak memory and each rank's compute
      time, metrics written by rank 0's record writer; every phase a heartbeat; the
-     straggler watch; and the node agent's sampler (psutil over the rank processes, at
+     straggler watch; each step accounted for goodput, a usage record with each report;
+     and the node agent's sampler (psutil over the rank processes, at
      AMPFLEET_TELEMETRY_INTERVAL_S) running beside them as it does on a node;
-off: no step reported inside the timed window, no heartbeat, no sampler.
+off: no step reported inside the timed window, no heartbeat, no accounting, no sampler.
 gpt-bench 23.1M parameters, bf16 compute and AllReduce, 2 gloo ranks (bench/step.py's model).
 """
 
@@ -78,7 +79,13 @@ def _steps(
             dist.barrier()
             started = time.perf_counter()
             for _ in range(steps):
-                trainer.step_once()
+                if not watched:
+                    trainer.step_once()
+                    continue
+                with trainer.clock.stepping():  # as Trainer.run accounts each step
+                    reported = trainer.step_once()
+                if reported:
+                    trainer.record_usage()
             dist.barrier()
             return (time.perf_counter() - started) / steps
         finally:

@@ -323,7 +323,7 @@ class Trainer:
                 continue
             if metrics:
                 last = metrics
-                self._record_usage()
+                self.record_usage()
             self._after_step()
             if self.step % STOP_CHECK_EVERY != 0:
                 continue
@@ -336,7 +336,7 @@ class Trainer:
                 with self.clock.checkpointing():
                     self.checkpoints.wait()
                 self.preempted = True
-                self._record_usage()
+                self.record_usage()
                 self._record("preempted", step=self.step)
                 return last
             if time_up:
@@ -351,7 +351,7 @@ class Trainer:
         final = self.evaluate()
         self._record("metrics", step=self.step, values=final)
         self._save_unless_saved()
-        self._record_usage()
+        self.record_usage()
         return {**last, **final}
 
     def step_once(self) -> dict[str, float]:
@@ -726,7 +726,8 @@ class Trainer:
         per_batch = self.task.batch_size * self.cfg.world_size
         return epoch * len(self.loader) + min(-(-samples // per_batch), len(self.loader))
 
-    def _record_usage(self) -> None:
+    def record_usage(self) -> None:
+        """Where this attempt's time went so far (goodput), with the progress records."""
         self._record("usage", **self.clock.record(self.step))
 
     def _record(self, kind: str, **fields: Any) -> None:
