@@ -25,6 +25,10 @@ HEALTHY = Breakdown(
     last_step=1000,
     cpu_percent_by_rank={0: 100.0, 1: 96.0},
     compute_s_by_rank={0: 0.093, 1: 0.090},
+    allocated_slot_s=10_000.0,
+    recomputed_slot_s=300.0,
+    checkpoint_slot_s=200.0,
+    checkpoint_every_steps=500,
 )
 
 
@@ -52,6 +56,8 @@ def test_a_healthy_job_has_no_findings() -> None:
         ("cpu_straggler", _with(cpu_percent_by_rank={0: 100.0, 1: 98.0, 2: 30.0})),
         ("slow_rank", _with(compute_s_by_rank={0: 0.090, 1: 0.091, 2: 0.150})),
         ("low_mfu", _with(mfu=0.01)),
+        ("recomputed_work", _with(recomputed_slot_s=2_000.0)),
+        ("checkpoint_stalls", _with(checkpoint_slot_s=1_500.0)),
     ],
 )
 def test_each_rule_fires_on_its_case_alone(rule: str, case: Breakdown) -> None:

@@ -27,6 +27,10 @@ STRAGGLER_CPU_RATIO = 0.5
 SLOW_RANK_RATIO = 1.3
 """A rank whose compute takes this much longer than the fastest rank's holds the others back."""
 LOW_MFU = 0.05
+RECOMPUTED_SHARE = 0.10
+"""Restarts that compute again more than this share of what the job held: checkpoint more."""
+CHECKPOINT_SHARE = 0.10
+"""Saves that block training for more than this share of what the job held: save less."""
 HIGH_SHARE = 0.35
 """A finding that costs more than this share of each step is `high`."""
 
@@ -48,6 +52,12 @@ class Breakdown:
     cpu_percent_by_rank: dict[int, float] = field(default_factory=dict)
     compute_s_by_rank: dict[int, float] = field(default_factory=dict)
     """Each rank's forward, backward and optimizer time per step."""
+    allocated_slot_s: float = 0.0
+    """The job's goodput (core/goodput.py), over all its attempts: what it held ..."""
+    recomputed_slot_s: float = 0.0
+    checkpoint_slot_s: float = 0.0
+    """... and two places where that went without training."""
+    checkpoint_every_steps: int = 0
 
     def share(self, *phases: str) -> float:
         if self.step_time_s <= 0:
@@ -184,6 +194,38 @@ def low_mfu(b: Breakdown) -> Finding | None:
     )
 
 
+def recomputed_work(b: Breakdown) -> Finding | None:
+    share = b.recomputed_slot_s / b.allocated_slot_s if b.allocated_slot_s else 0.0
+    if share <= RECOMPUTED_SHARE:
+        return None
+    every = b.checkpoint_every_steps
+    now = f"every {every} steps" if every else "only at the end and when preempted"
+    return Finding(
+        rule="recomputed_work",
+        severity=_severity(share),
+        title=f"{share:.0%} of the slot-seconds the job held went into steps computed again",
+        evidence=f"{b.recomputed_slot_s:,.0f} of {b.allocated_slot_s:,.0f} slot-seconds were "
+        f"steps past the checkpoint a restart resumed from; it checkpoints {now}",
+        advice="checkpoint more often (checkpoint.every_steps): a restart then loses at most "
+        "the steps since the last save",
+    )
+
+
+def checkpoint_stalls(b: Breakdown) -> Finding | None:
+    share = b.checkpoint_slot_s / b.allocated_slot_s if b.allocated_slot_s else 0.0
+    if share <= CHECKPOINT_SHARE:
+        return None
+    return Finding(
+        rule="checkpoint_stalls",
+        severity=_severity(share),
+        title=f"training waited on checkpoints for {share:.0%} of the slot-seconds it held",
+        evidence=f"{b.checkpoint_slot_s:,.0f} of {b.allocated_slot_s:,.0f} slot-seconds blocked "
+        f"on saves, every {b.checkpoint_every_steps or '?'} steps",
+        advice="checkpoint less often (checkpoint.every_steps), or shard the states (FSDP "
+        "saves each rank's share in parallel)",
+    )
+
+
 RULES: tuple[Callable[[Breakdown], Finding | None], ...] = (
     exposed_allreduce,
     input_bound,
@@ -192,6 +234,8 @@ RULES: tuple[Callable[[Breakdown], Finding | None], ...] = (
     cpu_straggler,
     slow_rank,
     low_mfu,
+    recomputed_work,
+    checkpoint_stalls,
 )
 
 

@@ -11,6 +11,8 @@ from ampfleet.api.diagnosis import repository
 from ampfleet.api.diagnosis.rules import Breakdown, diagnose
 from ampfleet.api.diagnosis.schemas import BreakdownOut, DiagnosisOut, FindingOut
 from ampfleet.api.jobs import service as jobs
+from ampfleet.core import goodput
+from ampfleet.core.goodput import Goodput
 
 WINDOW_STEPS = 50
 """The latest steps a diagnosis averages: the job as it runs now, past its warm-up."""
@@ -24,8 +26,15 @@ def _by_rank(means: dict[str, float], series: re.Pattern[str]) -> dict[int, floa
 
 
 def breakdown_of(
-    steps: int, last_step: int, means: dict[str, float], precision: str | None, reduce: str | None
+    steps: int,
+    last_step: int,
+    means: dict[str, float],
+    precision: str | None,
+    reduce: str | None,
+    spent: Goodput | None = None,
+    checkpoint_every_steps: int = 0,
 ) -> Breakdown:
+    spent = spent or Goodput()
     return Breakdown(
         steps=steps,
         step_time_s=means.get(repository.STEP_SERIES, 0.0),
@@ -38,13 +47,25 @@ def breakdown_of(
         last_step=last_step,
         cpu_percent_by_rank=_by_rank(means, _CPU_SERIES),
         compute_s_by_rank=_by_rank(means, _COMPUTE_SERIES),
+        allocated_slot_s=spent.allocated_slot_s,
+        recomputed_slot_s=spent.recomputed_slot_s,
+        checkpoint_slot_s=spent.checkpoint_slot_s,
+        checkpoint_every_steps=checkpoint_every_steps,
     )
 
 
 def diagnosis(session: Session, job_id: str, principal: Principal) -> DiagnosisOut:
     job = jobs.get(session, job_id, principal)
     steps, last_step, means = repository.latest_means(session, job_id, WINDOW_STEPS)
-    breakdown = breakdown_of(steps, last_step, means, job.precision, job.allreduce_dtype)
+    breakdown = breakdown_of(
+        steps,
+        last_step,
+        means,
+        job.precision,
+        job.allreduce_dtype,
+        goodput.of_job(session, job),
+        int((job.resolved.get("checkpoint") or {}).get("every_steps") or 0),
+    )
     findings = diagnose(breakdown) if steps else []
     return DiagnosisOut(
         job_id=job.id,
