@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -19,7 +20,7 @@ from ampfleet.core.migrate import upgrade
 from ampfleet.core.roles import Role
 from ampfleet.core.settings import get_settings
 from tests.support.env import empty_tables, environment, fresh_postgres_database
-from tests.support.fleet import Fleet, FleetFactory, running_fleet
+from tests.support.fleet import FLEET_CONFIGURATIONS, Fleet, FleetFactory, running_fleet
 from tests.support.seaweedfs import S3Server, running_seaweedfs
 from tests.support.services import ensure_services
 
@@ -34,15 +35,32 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects what this marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     import torch
 
+    for item in items:
+        one_fleet_configuration(item)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; runs where one is present")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def one_fleet_configuration(item: pytest.Item) -> None:
+    """A test on the `fleet` fixture runs on both configurations in the long tier and on
+    one of them in `make test`, half the tests on each (chosen by the test's name, so the
+    same every run): a fleet costs 20-60 s, and what differs between the configurations
+    (database, broker) has tests of its own on both. `both_configurations` keeps both."""
+    configuration = getattr(getattr(item, "callspec", None), "params", {}).get("fleet")
+    if configuration is None or "both_configurations" in item.keywords:
+        return
+    name = getattr(item, "originalname", item.name)
+    chosen = FLEET_CONFIGURATIONS[zlib.crc32(f"{item.module.__name__}.{name}".encode()) % 2]
+    if configuration != chosen:
+        item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

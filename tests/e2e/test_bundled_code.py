@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import FleetFactory
 from tests.support.archives import zip_of
 from tests.support.factories import job_spec
-from tests.support.fleet import Fleet
+from tests.support.fleet import FLEET_CONFIGURATIONS, Fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -44,7 +44,7 @@ recipe = RecipeDefinition(
 """
 
 
-@pytest.fixture(params=["postgres+redis", "embedded"])
+@pytest.fixture(params=FLEET_CONFIGURATIONS)
 def fleet(request: pytest.FixtureRequest, make_fleet: FleetFactory) -> Fleet:
     return make_fleet(request.param, extra_env={"AMPFLEET_SANDBOX": "none"})
 

@@ -23,6 +23,7 @@ def metric_rows(fleet: Fleet, job_id: str) -> int:
         engine.dispose()
 
 
+@pytest.mark.both_configurations  # the path every job takes, on what `make run` starts too
 def test_digits_two_ranks_bf16_to_succeeded(fleet: Fleet) -> None:
     spec = job_spec(
         name="digits-e2e",

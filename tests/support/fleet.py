@@ -22,6 +22,8 @@ import redis
 from tests.support.env import fresh_postgres_database
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"}
+FLEET_CONFIGURATIONS = ("postgres+redis", "embedded")
+"""What a fleet runs on: PostgreSQL and Redis, or SQLite and broker files (`make run`)."""
 
 
 def free_port() -> int:
