@@ -229,6 +229,14 @@ def test_job_page_follows_a_run_to_success_with_live_charts(
         "time_optimizer_s",
     }
     expect(page.locator("#chart-grad-norm polyline[data-series='grad_norm']")).to_have_count(1)
+    # The node agent's telemetry of each rank (CPU ranks: CPU and resident memory), and MFU.
+    expect(page.locator("#chart-utilisation")).to_have_attribute("data-kind", "cpu_percent")
+    expect(page.locator("#chart-memory")).to_have_attribute("data-kind", "rss_mb")
+    for rank in (0, 1):
+        for chart, series in (("utilisation", "cpu_percent"), ("memory", "rss_mb")):
+            line = f"#chart-{chart} polyline[data-series='{series}_rank{rank}']"
+            expect(page.locator(line)).to_have_count(1)
+    expect(page.locator("#chart-mfu polyline[data-series='mfu']")).to_have_count(1)
     expect(page.locator("#amp-skipped")).to_have_text("0")
     expect(page.locator("#allreduce-dtype")).to_have_text("bf16")
     expect(page.locator("#allreduce")).to_have_attribute("data-saved-percent", "50.0")

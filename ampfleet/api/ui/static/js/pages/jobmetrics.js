@@ -64,6 +64,9 @@ export function metricPanels() {
     gradNorm: h("div", { id: "chart-grad-norm", class: "chart-box" }),
     lossScale: h("div", { id: "chart-loss-scale", class: "chart-box" }),
     allreduce: h("div", { id: "allreduce" }),
+    utilisation: h("div", { id: "chart-utilisation", class: "chart-box" }),
+    memory: h("div", { id: "chart-memory", class: "chart-box" }),
+    mfu: h("div", { id: "chart-mfu", class: "chart-box" }),
   };
   const panels = [
     h("section", { class: "panel" },
@@ -73,6 +76,8 @@ export function metricPanels() {
     h("section", { class: "panel" }, h("h2", {}, "Step time breakdown (s per logged step)"), el.stepTime, el.stepTimeWindow),
     h("section", { class: "panel", id: "amp-health" }, h("h2", {}, "AMP health"), el.ampStats, el.gradNorm, el.lossScale),
     h("section", { class: "panel" }, h("h2", {}, "AllReduce bytes vs fp32"), el.allreduce),
+    h("section", { class: "panel", id: "devices" }, h("h2", {}, "Devices: utilisation, memory, MFU per rank"),
+      el.utilisation, el.memory, el.mfu),
   ];
   return { el, panels };
 }
@@ -113,6 +118,29 @@ function drawAllreduce(box, store, job) {
     steps ? h("p", { class: "muted small" }, `≈ ${bytes(saved * steps)} saved over ${steps} steps`) : null,
   );
   box.dataset.savedPercent = percent.toFixed(1);
+}
+
+/** The node agent's per-rank series of one kind (`<kind>_rank<R>`), rank order. */
+function rankSeries(store, kind) {
+  const pattern = new RegExp(`^${kind}_rank(\\d+)$`);
+  return store.names().map((name) => [name, pattern.exec(name)]).filter(([, m]) => m)
+    .sort((a, b) => Number(a[1][1]) - Number(b[1][1]))
+    .map(([name, m]) => ({ name, label: `rank ${m[1]}`, points: store.points(name) }));
+}
+
+// GPU figures where NVML reported them, else the ranks' CPU and resident memory.
+function drawDevices(el, store) {
+  const gpu = rankSeries(store, "gpu_util_percent");
+  lineChart(el.utilisation, gpu.length ? gpu : rankSeries(store, "cpu_percent"), {
+    height: 160, emptyText: "no telemetry yet (the node agent samples every AMPFLEET_TELEMETRY_INTERVAL_S)",
+  });
+  el.utilisation.dataset.kind = gpu.length ? "gpu_util_percent" : "cpu_percent";
+  const gpuMemory = rankSeries(store, "gpu_memory_mb");
+  lineChart(el.memory, gpuMemory.length ? gpuMemory : rankSeries(store, "rss_mb"), { height: 160 });
+  el.memory.dataset.kind = gpuMemory.length ? "gpu_memory_mb" : "rss_mb";
+  lineChart(el.mfu, [{ name: "mfu", label: "MFU", points: store.points("mfu") }], {
+    height: 120, emptyText: "no MFU yet (reported steps)",
+  });
 }
 
 /** "steps 10–1,800" of a chart's rows, or "" when it has none. */
@@ -170,4 +198,5 @@ export function drawMetrics(el, store, job) {
   el.lossScale.hidden = !scale;
   if (scale) lineChart(el.lossScale, [{ name: "loss_scale", label: "loss scale", points: store.points("loss_scale") }], { height: 160 });
   drawAllreduce(el.allreduce, store, job);
+  drawDevices(el, store);
 }
