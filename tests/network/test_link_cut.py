@@ -4,6 +4,8 @@ restarts from its checkpoint and SUCCEEDS, every metric point of each step store
 The host that is cut is the one of node rank 0, whose agent stores rank 0's records: while
 cut it also loses PostgreSQL and Redis (they listen on the root side of the bed), so it can
 neither report nor see that its attempt was ended; it must carry on when the link is back.
+The cut lasts past the job's process-group timeout, whose end of the cut-off rank's wait is
+the backstop for an agent that cannot act.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ampfleet.workers.agent import COLLECTIVE_TIMEOUT_MARGIN_S
+from ampfleet.workers.rundir import RunDir
 from tests.faults.reported import count_reported
 from tests.network.conftest import BedFleet, bed_fleet
 from tests.support.factories import job_spec
@@ -22,6 +25,7 @@ from tests.support.fleet import placed_on, transitions
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.usefixtures("netbed_available")]
 
 HANG_TIMEOUT_S = 10  # the shortest the spec allows
+COLLECTIVE_TIMEOUT_S = HANG_TIMEOUT_S + COLLECTIVE_TIMEOUT_MARGIN_S  # the job's process groups'
 
 
 def _checkpointed(fleet: BedFleet, job_id: str) -> list[int]:
@@ -57,20 +61,25 @@ def test_a_cut_link_fails_the_attempt_and_the_job_resumes_from_its_checkpoint(
         )
         checkpointed = max(_checkpointed(fleet, job_id))
         cut = placed_on(fleet, job_id, 1)[0]  # node rank 0: it stores rank 0's records
+        cut_rank = RunDir.for_attempt(fleet.node_data_dir(cut) / "runs", job_id, 1, 0)
         with fleet.bed.link_cut(fleet.node_names.index(cut)):
-            # The node still connected sees its rank stop moving after the hang timeout; the
-            # process group's timeout comes later still: the bound is that and some margin.
+            # The node still connected sees its rank stop moving after the hang timeout.
             fleet.wait_until(
                 lambda: _attempt_ended(fleet, job_id),
-                timeout=HANG_TIMEOUT_S + COLLECTIVE_TIMEOUT_MARGIN_S + 60,
+                timeout=COLLECTIVE_TIMEOUT_S + 60,
                 what="the attempt across the cut link to fail",
             )
-            # Down until the platform takes the cut node for dead (its heartbeats are past
-            # the node timeout), so that it must come back, not merely carry on: its
-            # database connections and its broker consumer see errors, not only a delay.
+            # The cut node's agent can neither see that nor stop its rank (it cannot reach
+            # the database): the rank ends itself when its collective times out, and the
+            # platform takes the node for dead (its heartbeats are past the node timeout),
+            # so that it must come back, not merely carry on after a delay.
             fleet.wait_until(
-                lambda: not _alive(fleet, cut), timeout=120, what=f"{cut} to be seen dead"
+                lambda: cut_rank.failures() and not _alive(fleet, cut),
+                timeout=COLLECTIVE_TIMEOUT_S + 60,
+                what=f"{cut}'s rank to time out and {cut} to be seen dead",
             )
+        [timed_out] = cut_rank.failures()
+        assert "Timed out" in timed_out["message"], timed_out
         done = fleet.wait_for_state(job_id, {"SUCCEEDED"}, timeout=300)
 
         assert done["attempt"] == 2
