@@ -26,14 +26,9 @@ link rate. On a link, bytes are read off each host's own interface.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +51,7 @@ LINK_VARIANTS = ("fp32", "bf16", "fp16", "gloo_bf16", "ring_bf16", "swap", "gath
 INTERFACE = {"loopback": "lo", "link": "eth0"}
 
 
-def _interface_bytes(interface: str) -> int:
+def interface_bytes(interface: str) -> int:
     """Bytes `interface` has carried (received, which on lo is also sent), headers too."""
     for line in Path("/proc/net/dev").read_text().splitlines():
         name, _, counters = line.partition(":")
@@ -68,10 +63,10 @@ def _interface_bytes(interface: str) -> int:
 def _sent_bytes(fn: Callable[[], object], world_size: int, interface: str) -> float:
     """Bytes one call sends per rank, read off the interface's counters around it."""
     dist.barrier()
-    before = _interface_bytes(interface)
+    before = interface_bytes(interface)
     fn()
     dist.barrier()
-    sent = _interface_bytes(interface) - before
+    sent = interface_bytes(interface) - before
     return sent / world_size if interface == "lo" else float(sent)
 
 
@@ -183,39 +178,14 @@ def _measure(
 
 def _on_bed(hosts: int, rate: str, sizes_mib: list[float], reps: int) -> dict[float, Any]:
     """One run with rank r in host r of a fresh bed; rank 0's results."""
+    from tests.support.bedranks import run_on_bed
     from tests.support.netbed import network_bed
 
-    with network_bed(hosts, rate=rate) as bed, tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "rank0.pt"
-        processes = []
-        for rank in range(hosts):
-            env = {
-                **os.environ,
-                "MASTER_ADDR": bed.address(0),
-                "MASTER_PORT": "29611",
-                "RANK": str(rank),
-                "WORLD_SIZE": str(hosts),
-                "GLOO_SOCKET_IFNAME": bed.interface,
-            }
-            argv = [sys.executable, "-m", "bench.allreduce", "--as-rank", str(out), "--reps"]
-            argv += [str(reps), "--sizes-mib", *map(str, sizes_mib)]
-            processes.append(subprocess.Popen(bed.command(rank, argv), env=env))
-        for process in processes:
-            if process.wait(timeout=1800) != 0:
-                raise RuntimeError(f"a rank exited with {process.returncode}")
-        return torch.load(out, weights_only=True)  # type: ignore[no-any-return]
-
-
-def _as_rank(out: str, sizes_mib: list[float], reps: int) -> None:
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
-    dist.init_process_group("gloo", timeout=timedelta(seconds=600))
-    try:
-        results = _measure(rank, world_size, sizes_mib, reps, "link")
-    finally:
-        dist.destroy_process_group()
-    if rank == 0:
-        torch.save(results, out)
+    with network_bed(hosts, rate=rate) as bed:
+        results: dict[float, Any] = run_on_bed(
+            bed, _measure, sizes_mib, reps, "link", timeout_s=1800
+        )[0]
+        return results
 
 
 def _table(rounds: list[dict[float, Any]], sizes_mib: list[float], rate: str | None) -> None:
@@ -256,11 +226,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--link", help="comma-separated rates of the bed's links: 1gbit,10gbit")
     parser.add_argument("--hosts", type=int, nargs="+", default=[2, 3])
-    parser.add_argument("--as-rank", help=argparse.SUPPRESS)  # one rank of a --link run
     args = parser.parse_args()
-    if args.as_rank:
-        _as_rank(args.as_rank, args.sizes_mib, args.reps)
-        return
     if not args.link:
         sizes = args.sizes_mib or [1, 5, 10, 25, 50, 100]
         rounds = [run_ranks(_measure, 2, sizes, args.reps)[0] for _ in range(args.runs)]

@@ -3,8 +3,12 @@
     python -m bench.step                  # CPU: 2 gloo ranks, 23M-parameter GPT
     python -m bench.step --gpu            # one CUDA device, 135M-parameter GPT
     python -m bench.step --strategy compare   # bf16 under DDP and under FSDP, side by side
+    python -m bench.step --link 1gbit     # 2 hosts x 1 rank of the network bed, 1 Gbit/s
 
 CPU modes: fp32 | bf16 autocast (fp32 AllReduce) | bf16 autocast + bf16 AllReduce.
+With `--link`, rank r runs inside host r of a network bed (tests/support/netbed.py) and the
+gradients cross a tbf-shaped link of that rate; beside each mode, the bytes a rank sent per
+step (read off its interface) and the floor they set: those bytes over the link rate.
 GPU modes: fp32 with TF32 off | bf16 | fp16 (GradScaler), with model FLOP utilisation.
 Figures are medians over `--runs` interleaved rounds of `--steps` timed steps each (after
 `--warmup` untimed ones), all through ampfleet's own Trainer (autocast, hooks, DDP).
@@ -27,6 +31,7 @@ from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.parallel import ParallelConfig
 from ampfleet.workers.training.recipes.gpt_bench import GPTBenchHyperparameters, build
 from ampfleet.workers.training.task import RecipeContext
+from bench.allreduce import interface_bytes
 from tests.support.localranks import run_ranks
 
 CPU_MODEL = {
@@ -60,7 +65,9 @@ def _steps(
     warmup: int,
     cuda: bool,
     strategy: str = "ddp",
+    interface: str | None = None,
 ) -> dict[str, float]:
+    """`interface`: the link whose sent bytes to count over the timed steps (on a bed)."""
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
@@ -101,17 +108,20 @@ def _steps(
             for _ in range(warmup):
                 trainer.step_once()
             _sync(cuda)
+            sent = interface_bytes(interface) if interface else 0
             started = time.perf_counter()
             for _ in range(steps):
                 trainer.step_once()
             _sync(cuda)
             step_s = (time.perf_counter() - started) / steps
+            sent = interface_bytes(interface) - sent if interface else 0
         finally:
             trainer.comm.close()
     gpt = task.model
     tokens = model["batch_size"] * model["block_size"] * world_size
     return {
         "step_s": step_s,
+        "sent_per_step": sent / steps,
         "flops_per_step": gpt.flops_per_token() * tokens,  # type: ignore[operator]
         "parameters": float(gpt.num_parameters()),  # type: ignore[operator]
     }
@@ -144,9 +154,13 @@ def main() -> None:
     parser.add_argument(
         "--strategy", choices=["ddp", "compare"], default="ddp", help="compare: DDP vs FSDP, bf16"
     )
+    parser.add_argument("--link", help="a rate (1gbit): 2 hosts x 1 rank over a shaped link")
     args = parser.parse_args()
     if args.strategy == "compare":
         _compare_strategies(args)
+        return
+    if args.link:
+        _on_link(args)
         return
     modes = GPU_MODES if args.gpu else CPU_MODES
     model = GPU_MODEL if args.gpu else CPU_MODEL
@@ -186,6 +200,45 @@ def main() -> None:
         if args.gpu:
             line += f"  {first['flops_per_step'] / step_s / H200_BF16_PEAK_FLOPS:>8.1%}"
         print(line)
+
+
+def _on_link(args: argparse.Namespace) -> None:
+    """The CPU modes with rank r in host r of one bed, rounds interleaved as on loopback;
+    ratios of the same run: what the AllReduce dtype alone gives, and all of bf16."""
+    from tests.support.bedranks import run_on_bed
+    from tests.support.netbed import network_bed, rate_bits
+
+    results: dict[tuple[str, str], list[dict[str, float]]] = {m: [] for m in CPU_MODES}
+    with network_bed(2, rate=args.link) as bed:
+        for _ in range(args.runs):
+            for precision, allreduce in CPU_MODES:
+                result = run_on_bed(
+                    bed,
+                    _steps,
+                    *(precision, allreduce, CPU_MODEL, args.steps, args.warmup, False),
+                    *("ddp", bed.interface),
+                    timeout_s=1800,
+                )[0]
+                results[(precision, allreduce)].append(result)
+    step_s = {m: statistics.median(r["step_s"] for r in results[m]) for m in CPU_MODES}
+    print(
+        f"gpt-bench {results[CPU_MODES[0]][0]['parameters'] / 1e6:.1f}M parameters, 2 hosts "
+        f"x 1 gloo rank, {args.link} link (tbf); median of {args.runs} runs x {args.steps} steps"
+    )
+    print(
+        f"{'compute':>8} {'allreduce':>9} {'steps/s':>8} {'s/step':>7} "
+        f"{'MB sent/step':>12} {'floor s':>8} {'rest s':>7}"
+    )
+    for mode in CPU_MODES:
+        sent = statistics.median(r["sent_per_step"] for r in results[mode])
+        floor = sent * 8 / rate_bits(args.link)
+        print(
+            f"{mode[0]:>8} {mode[1]:>9} {1 / step_s[mode]:>8.3f} {step_s[mode]:>7.3f} "
+            f"{sent / 1e6:>12.1f} {floor:>8.3f} {step_s[mode] - floor:>7.3f}"
+        )
+    half, wide, fp32 = step_s[("bf16", "bf16")], step_s[("bf16", "fp32")], step_s[("fp32", "fp32")]
+    print(f"bf16 + bf16 AllReduce vs bf16 + fp32 AllReduce: {wide / half:.2f}x (target >= 1.5x)")
+    print(f"bf16 + bf16 AllReduce vs fp32: {fp32 / half:.2f}x")
 
 
 def _compare_strategies(args: argparse.Namespace) -> None:

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tests.network import ranks
+from tests.support.bedranks import run_on_bed
 from tests.support.localranks import run_ranks
 from tests.support.netbed import network_bed
 
@@ -18,7 +19,7 @@ def test_hooks_give_the_same_bits_on_a_link_as_on_loopback(world_size: int) -> N
     numel = world_size * 4096 * 5 + 7  # uneven pieces and ring chunks
     loopback = run_ranks(ranks.reduced, world_size, numel)
     with network_bed(world_size, rate="1gbit") as bed:
-        linked = ranks.on_bed(bed, "reduced", numel)
+        linked = run_on_bed(bed, ranks.reduced, numel)
     for rank in range(world_size):
         for name in ranks.HALF:
             assert torch.equal(linked[rank][name], loopback[rank][name]), (rank, name)
@@ -30,7 +31,7 @@ def test_auto_takes_bf16_on_a_1gbit_link_and_fp32_on_loopback() -> None:
     """On loopback each rank has one core, and the casts cost more than the halved bytes
     save (BENCHMARKS.md); on a 1 Gbit/s link the bytes are the time."""
     with network_bed(2, rate="1gbit") as bed:
-        linked = ranks.on_bed(bed, "auto_choice")
+        linked = run_on_bed(bed, ranks.auto_choice)
     loopback = run_ranks(ranks.auto_choice, 2)
     assert [r["dtype"] for r in linked] == ["bf16", "bf16"], linked[0]["described"]
     assert [r["dtype"] for r in loopback] == ["fp32", "fp32"], loopback[0]["described"]

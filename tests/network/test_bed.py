@@ -3,6 +3,7 @@ collectives' interface is found from a host's address, and nothing outlives the 
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
@@ -76,6 +77,49 @@ def test_a_dead_process_beds_are_removed_by_the_next_one() -> None:
             assert bed.namespace(0) in _names()[0]
     finally:
         subprocess.run(["ip", "netns", "delete", stale], check=False, capture_output=True)
+
+
+def test_a_cut_link_passes_nothing_and_a_restored_one_carries_on() -> None:
+    """Cut, a host's packets go nowhere and nothing answers (a connect times out, unlike the
+    refusal of a reachable port); the connection opened before the cut survives it."""
+    probe = (
+        "import socket, sys, time\n"
+        "kept = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)\n"
+        "print('open', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "try:\n"
+        "    socket.create_connection((sys.argv[1], 9), timeout=2)\n"
+        "except OSError as exc:\n"
+        "    print(type(exc).__name__, flush=True)\n"
+        "sys.stdin.readline()\n"
+        "kept.sendall(b'after')\n"
+        "kept.close()\n"
+    )
+    with network_bed(1) as bed, socket.create_server((bed.root_address, 0)) as server:
+        port = str(server.getsockname()[1])
+        client = subprocess.Popen(
+            bed.command(0, [sys.executable, "-c", probe, bed.root_address, port]),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert client.stdin is not None
+        assert client.stdout is not None
+        try:
+            assert client.stdout.readline().strip() == "open"
+            accepted, _ = server.accept()
+            with bed.link_cut(0):
+                client.stdin.write("\n")
+                client.stdin.flush()
+                assert client.stdout.readline().strip() == "TimeoutError"
+            client.stdin.write("\n")
+            client.stdin.flush()
+            accepted.settimeout(30)
+            assert accepted.recv(16) == b"after"
+            accepted.close()
+            assert client.wait(timeout=30) == 0
+        finally:
+            client.kill()
 
 
 def test_ranks_talk_on_the_interface_of_the_node_address_unless_the_operator_chose() -> None:

@@ -39,9 +39,6 @@ def _worker(  # spawn passes its arguments positionally
     args: tuple[Any, ...],
     timeout_s: float,
 ) -> None:
-    # Share the cores between the ranks: oversubscribed intra-op threads spin against
-    # gloo's own threads and distort every timing.
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     # A bounded timeout: a desynchronised collective fails instead of hanging.
     dist.init_process_group(
         "gloo",
@@ -50,6 +47,17 @@ def _worker(  # spawn passes its arguments positionally
         world_size=world_size,
         timeout=timedelta(seconds=timeout_s),
     )
+    run_as_rank(rank, world_size, out_dir, fn, args)
+
+
+def run_as_rank(
+    rank: int, world_size: int, out_dir: str, fn: Callable[..., Any], args: tuple[Any, ...]
+) -> None:
+    """In a rank whose process group is up: `fn`'s result (or its error) into `out_dir`,
+    for `collect`; the group is left either way."""
+    # Share the cores between the ranks: oversubscribed intra-op threads spin against
+    # gloo's own threads and distort every timing.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     try:
         result: Any = ("ok", fn(rank, world_size, *args))
     except Exception as exc:
@@ -58,6 +66,19 @@ def _worker(  # spawn passes its arguments positionally
         leave_process_group(completed=result[0] == "ok")
     # torch.save + weights_only loading, not pickle: results are tensors, numbers, strings.
     torch.save(result, Path(out_dir) / f"rank{rank}.pt")
+
+
+def collect(out_dir: str, world_size: int) -> list[Any]:
+    """What each rank's `run_as_rank` left in `out_dir`, in rank order; RankFailedError
+    naming every rank that failed."""
+    outcomes = [
+        torch.load(Path(out_dir) / f"rank{rank}.pt", weights_only=True)
+        for rank in range(world_size)
+    ]
+    failures = {r: value for r, (status, value) in enumerate(outcomes) if status != "ok"}
+    if failures:
+        raise RankFailedError(failures)
+    return [value for _status, value in outcomes]
 
 
 def run_ranks(
@@ -72,11 +93,4 @@ def run_ranks(
             nprocs=world_size,
             join=True,
         )
-        outcomes = [
-            torch.load(Path(tmp) / f"rank{rank}.pt", weights_only=True)
-            for rank in range(world_size)
-        ]
-        failures = {r: value for r, (status, value) in enumerate(outcomes) if status != "ok"}
-        if failures:
-            raise RankFailedError(failures)
-        return [value for _status, value in outcomes]
+        return collect(tmp, world_size)

@@ -242,8 +242,19 @@ class NetworkBed:
         return str(done.stdout)
 
     def set_link(self, host: int, up: bool) -> None:
-        """Cut (or restore) host `host`'s link, as a pulled cable would."""
+        """Cut (or restore) host `host`'s link, as a pulled cable would: the root side of its
+        veth pair goes down, so nothing passes either way and nothing answers (no reset), and
+        connections open across it live on to carry on once it is back."""
         _ip("link", "set", self.bridge_port(host), "up" if up else "down")
+
+    @contextlib.contextmanager
+    def link_cut(self, host: int) -> Iterator[None]:
+        """Host `host`'s link down for the block, and up again however the block ends."""
+        self.set_link(host, up=False)
+        try:
+            yield
+        finally:
+            self.set_link(host, up=True)
 
     def bytes_sent(self, host: int) -> int:
         """Bytes host `host` has sent over its link (TCP/IP headers included)."""

@@ -40,6 +40,7 @@ from torch.distributed.checkpoint.storage import StorageWriter
 from torch.optim import Optimizer
 
 from ampfleet.core.artifact_names import checkpoint_name
+from ampfleet.workers.training.group import new_group
 
 FORMAT_VERSION = 2
 META = "meta.json"
@@ -181,7 +182,7 @@ class CheckpointManager:
     def group(self) -> dist.ProcessGroup:
         # Created on first use, collectively: every rank saves at the same steps.
         if self._group is None:
-            self._group = dist.new_group(backend="gloo")
+            self._group = new_group(backend="gloo")
         return self._group
 
     def save(self, step: int, state: dict[str, Any], meta: dict[str, Any]) -> None:

@@ -1,11 +1,38 @@
-"""Leaving a torch.distributed process group without pulling it from under a peer."""
+"""Process groups of a job's ranks: the groups they add beside the default one, and leaving
+without pulling a group from under a peer."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
+from datetime import timedelta
 
+import torch
 import torch.distributed as dist
+
+
+def new_group(ranks: list[int] | None = None, *, backend: str | None = None) -> dist.ProcessGroup:
+    """dist.new_group with the default group's timeout. torch does not pass it on: a group
+    made without one waits in a collective for its backend's default (30 minutes), whatever
+    the job's process-group timeout. That timeout is the backstop for a rank whose agent
+    cannot stop it (its node cut off from the database and from its peers): with the
+    default, such a rank waited on for the half hour."""
+    group: dist.ProcessGroup = dist.new_group(
+        ranks, timeout=_default_group_timeout(), backend=backend
+    )
+    return group
+
+
+def _default_group_timeout() -> timedelta | None:
+    """The default group's timeout; None (the backend's default) where torch does not show
+    it: it has no public getter, so this reads the backend's options."""
+    world = dist.distributed_c10d._get_default_group()
+    for device in ("cpu", "cuda"):
+        with contextlib.suppress(AttributeError, RuntimeError):
+            timeout = world._get_backend(torch.device(device)).options._timeout
+            if isinstance(timeout, timedelta):
+                return timeout
+    return None
 
 
 def leave_process_group(*, completed: bool) -> None:

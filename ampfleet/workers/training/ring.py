@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ampfleet.workers.training.group import started
+from ampfleet.workers.training.group import new_group, started
 
 # Below this many elements per rank a ring's fixed costs dominate: use gloo's own reduce.
 MIN_RING_ELEMENTS_PER_RANK = 4096
@@ -124,7 +124,7 @@ class PairDirections:
     """
 
     def __init__(self) -> None:
-        self.groups = (dist.new_group([0, 1]), dist.new_group([0, 1]))
+        self.groups = (new_group([0, 1]), new_group([0, 1]))
 
     def send_receive(self) -> tuple[Any, Any]:
         first, second = self.groups
