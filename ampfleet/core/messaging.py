@@ -17,6 +17,7 @@ from celery import Celery
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from ampfleet.core import file_broker
 from ampfleet.core.models import OutboxMessage, utcnow
 from ampfleet.core.settings import SCHEDULER_QUEUE, Settings, get_settings
 
@@ -29,7 +30,9 @@ WAKE_SCHEDULER = "ampfleet.wake_scheduler"
 def make_celery(settings: Settings) -> Celery:
     app = Celery("ampfleet", broker=settings.effective_broker_url)
     options: dict[str, Any] = {}
+    transport: str | None = None  # the URL's scheme names it
     if settings.effective_broker_url.startswith("filesystem"):
+        transport = file_broker.TRANSPORT  # message files complete before they are seen
         # The embedded broker: one folder of message files shared by every local process.
         folder = settings.broker_folder
         for sub in ("queue", "control"):
@@ -47,6 +50,7 @@ def make_celery(settings: Settings) -> Celery:
         if settings.redis_key_prefix:
             options["global_keyprefix"] = settings.redis_key_prefix
     app.conf.update(
+        broker_transport=transport,
         broker_transport_options=options,
         broker_connection_retry_on_startup=True,
         task_serializer="json",

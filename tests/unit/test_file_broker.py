@@ -1,0 +1,67 @@
+"""The embedded broker never shows a consumer a message file that is still being written:
+kombu's own filesystem transport does (the file exists, empty, under its final name while
+its bytes are encoded), and a consumer that takes it then reads nothing and its worker
+ends. Messages still go through the folder whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kombu import Connection
+from kombu.transport import filesystem
+from kombu.utils.json import dumps
+
+from ampfleet.core import file_broker
+from ampfleet.core.messaging import make_celery
+from ampfleet.core.settings import Settings
+
+QUEUE = "node.n1"
+
+
+def _takeable(folder: Path) -> list[str]:
+    """The names a consumer of QUEUE would take (kombu's own filter)."""
+    return [p.name for p in folder.iterdir() if p.name.partition(".")[2] == f"{QUEUE}.msg"]
+
+
+def _visible_while_encoding(
+    transport: str, folder: Path, module: Any, monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    seen: list[str] = []
+
+    def encoding(payload: Any) -> str:
+        seen.extend(_takeable(folder))
+        return str(dumps(payload))
+
+    monkeypatch.setattr(module, "dumps", encoding)
+    options = {"data_folder_in": str(folder), "data_folder_out": str(folder)}
+    with Connection("filesystem://", transport=transport, transport_options=options) as conn:
+        conn.default_channel._put(QUEUE, {"task": "start"})
+    return seen
+
+
+def test_kombus_transport_shows_a_message_before_it_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race this module closes, shown on kombu's own transport."""
+    assert _visible_while_encoding("filesystem", tmp_path, filesystem, monkeypatch) != []
+
+
+def test_ours_shows_it_only_once_complete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _visible_while_encoding(file_broker.TRANSPORT, tmp_path, file_broker, monkeypatch) == []
+    [name] = _takeable(tmp_path)
+    assert (tmp_path / name).read_bytes() == b'{"task": "start"}'
+    options = {"data_folder_in": str(tmp_path), "data_folder_out": str(tmp_path)}
+    with Connection(
+        "filesystem://", transport=file_broker.TRANSPORT, transport_options=options
+    ) as c:
+        assert c.default_channel._get(QUEUE) == {"task": "start"}
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_embedded_broker_uses_it(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, broker_url="")
+    with make_celery(settings).connection_for_write() as conn:
+        assert conn.transport_cls == file_broker.TRANSPORT
+        assert isinstance(conn.transport, file_broker.Transport)
