@@ -42,6 +42,8 @@ def _metrics(out: Path) -> dict[int, dict]:
     }
 
 
+# Three trainings of 200 steps: the long tier; make test keeps FSDP's resume on fewer ranks.
+@pytest.mark.slow
 def test_fsdp_digits_accuracy_within_one_point_of_ddp_fp32(tmp_path: Path) -> None:
     reference = _final(tmp_path / "ddp", "ddp", "fp32", max_steps=200)
     assert reference["val_accuracy"] >= 0.9
@@ -147,6 +149,8 @@ def straight_fsdp(tmp_path_factory: pytest.TempPathFactory) -> dict[int, float]:
     return losses(out)
 
 
+# Two trainings and a crash: the long tier (DDP's own resume test stays in make test).
+@pytest.mark.slow
 def test_fsdp_resume_continues_the_same_loss_sequence(
     tmp_path: Path, straight_fsdp: dict[int, float]
 ) -> None:
@@ -202,6 +206,8 @@ class DiesWritingStep20(FileSystemWriter):
         return super().write_data(plan, planner)
 
 
+# A fault test: the long tier.
+@pytest.mark.slow
 def test_a_rank_killed_while_persisting_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(Exception, match=r"terminated|failed"):
         _run(tmp_path, strategy="fsdp", **RESUME, checkpoint_writer=DiesWritingStep20)
