@@ -22,6 +22,8 @@ from ampfleet.workers.launch import rank_environment, torchrun_args
 from ampfleet.workers.rundir import LineTail, RecordReader, RunDir
 
 LOCAL_JOB_ID = "local"
+LOCAL_NODE = "local"
+"""The node a local run's ranks name as theirs."""
 PROCESS_GROUP_TIMEOUT_S = 120
 POLL_S = 0.2
 
@@ -70,6 +72,7 @@ def prepare(
         "checkpoint_dir": str(root / "checkpoints"),
         "process_group_timeout_s": PROCESS_GROUP_TIMEOUT_S,
         "metrics_flush_s": POLL_S,
+        "node": LOCAL_NODE,  # every rank is on this machine
         "inputs": {name: str(path.resolve()) for name, path in inputs.items()},
     }
     if code_dir is not None:

@@ -39,6 +39,7 @@ def test_a_rank_trains_from_the_job_file_the_agent_writes(tmp_path: Path) -> Non
         "process_group_timeout_s": 60,
         "metrics_flush_s": 0.0,
         "inputs": {},
+        "node": "node-a",
     }
     run_dir.job_file.write_text(json.dumps(job))
     rank = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
