@@ -57,11 +57,13 @@ class IdleWatch:
     told: bool = False
     """This spell has been reported."""
     last_sample: float = float("-inf")
+    """When the telemetry sample it last observed was taken."""
 
-    def due(self, now: float, interval_s: float) -> bool:
-        if now - self.last_sample < interval_s:
+    def fresh(self, sampled_at: float) -> bool:
+        """Whether a sample taken at `sampled_at` is one it has not observed yet."""
+        if sampled_at <= self.last_sample:
             return False
-        self.last_sample = now
+        self.last_sample = sampled_at
         return True
 
     def observe(self, policy: IdlePolicy, now: float, utilisation: float | None) -> str | None:

@@ -430,16 +430,17 @@ class Supervisor:
         self._watch_idle(session, job, attempt)
 
     def _watch_idle(self, session: Session, job: Job, attempt: RunningAttempt) -> None:
-        """The project's idle policy (idle.py), read each pass so that a change applies to
-        running jobs; sampled at the telemetry interval once the ranks are past start-up."""
+        """The project's idle policy (idle.py) on each new telemetry sample, once the ranks
+        are past start-up; read then, so that a change applies to running jobs."""
+        telemetry = attempt.telemetry
+        if not attempt.idle.fresh(telemetry.sampled_at):
+            return
         policy = IdlePolicy.of_project(session, job.project)
         if policy is None or not attempt.heard_from or attempt.stop_reason:
             attempt.idle.forget()
             return
-        if not attempt.idle.due(time.monotonic(), self.settings.telemetry_interval_s):
-            return
-        utilisation = busiest(attempt.telemetry.sample())
-        verdict = attempt.idle.observe(policy, time.monotonic(), utilisation)
+        utilisation = busiest(telemetry.latest)
+        verdict = attempt.idle.observe(policy, telemetry.sampled_at, utilisation)
         if verdict is not None and utilisation is not None:
             act(session, job, verdict, policy, utilisation, self.settings.node_name)
 

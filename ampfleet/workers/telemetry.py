@@ -115,17 +115,24 @@ class RankTelemetry:
         self._last_step = 0
         self._last_at = float("-inf")
         self.latest: dict[str, float] = {}
-        """The last sample taken, by whoever took it (the node's heartbeat reports it)."""
+        """The last sample: the idle watch and the node's heartbeat read it, no sampler of
+        their own (a second walk of the process tree would also cut the CPU windows short)."""
+        self.sampled_at = float("-inf")
+        """Monotonic seconds of `latest`."""
 
     def take(self, step: int) -> list[Point]:
-        """The points of this sample at `step`, or none when it is not due yet."""
+        """Samples once the interval is up, whether or not the job moved on (an idle or
+        stuck job is still watched); the points of it at `step`, when that step has none."""
         now = time.monotonic()
-        if step <= self._last_step or now - self._last_at < self._interval_s:
+        if now - self._last_at < self._interval_s:
             return []
         values = self.sample()
         if not values:
             return []
-        self._last_step, self._last_at = step, now
+        self._last_at = self.sampled_at = now
+        if step <= self._last_step:
+            return []
+        self._last_step = step
         return [(step, name, value) for name, value in values.items()]
 
     def sample(self) -> dict[str, float]:

@@ -41,11 +41,12 @@ def test_the_busiest_rank_counts_and_gpus_over_cpus() -> None:
     assert busiest({"rss_mb_rank0": 10.0}) is None
 
 
-def test_sampling_is_paced_by_the_interval() -> None:
+def test_each_telemetry_sample_is_observed_once() -> None:
+    """The telemetry's own interval paces it (test_telemetry: one sample per interval)."""
     watch = IdleWatch()
-    assert watch.due(100.0, 10.0)
-    assert not watch.due(105.0, 10.0)
-    assert watch.due(110.0, 10.0)
+    assert watch.fresh(100.0)
+    assert not watch.fresh(100.0)
+    assert watch.fresh(110.0)
 
 
 def test_a_node_sums_its_ranks_and_averages_their_gpus() -> None:
