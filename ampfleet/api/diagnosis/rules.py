@@ -194,8 +194,13 @@ def low_mfu(b: Breakdown) -> Finding | None:
     )
 
 
+def _of_held(b: Breakdown, slot_s: float) -> float:
+    """A share of the slot-seconds the job held (its goodput's allocated)."""
+    return slot_s / b.allocated_slot_s if b.allocated_slot_s else 0.0
+
+
 def recomputed_work(b: Breakdown) -> Finding | None:
-    share = b.recomputed_slot_s / b.allocated_slot_s if b.allocated_slot_s else 0.0
+    share = _of_held(b, b.recomputed_slot_s)
     if share <= RECOMPUTED_SHARE:
         return None
     every = b.checkpoint_every_steps
@@ -212,7 +217,7 @@ def recomputed_work(b: Breakdown) -> Finding | None:
 
 
 def checkpoint_stalls(b: Breakdown) -> Finding | None:
-    share = b.checkpoint_slot_s / b.allocated_slot_s if b.allocated_slot_s else 0.0
+    share = _of_held(b, b.checkpoint_slot_s)
     if share <= CHECKPOINT_SHARE:
         return None
     return Finding(
