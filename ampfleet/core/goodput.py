@@ -18,12 +18,12 @@ is lost time for the job, not slot-seconds lost by the fleet.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from ampfleet.core.accounting import step_seconds_up_to
@@ -56,7 +56,6 @@ class Goodput:
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {f.name: round(getattr(self, f.name), 3) for f in fields(self)}
-        out["attempts"] = self.attempts
         out["ratio"] = None if self.ratio is None else round(self.ratio, 4)
         return out
 
@@ -104,12 +103,7 @@ def settle_before(session: Session, job_id: str, attempt: int, resumed: int) -> 
 
 
 def of_job(session: Session, job: Job) -> Goodput:
-    allocations = session.execute(
-        select(Allocation.job_id, Allocation.attempt, Allocation.slots)
-        .add_columns(Allocation.created_at, Allocation.released_at)
-        .where(Allocation.job_id == job.id)
-    ).all()
-    usage = session.scalars(select(AttemptUsage).where(AttemptUsage.job_id == job.id)).all()
+    allocations, usage = _rows(session, Allocation.job_id == job.id, AttemptUsage.job_id == job.id)
     lifetimes = {job.id: (job.created_at, job.finished_at)}
     return _total(allocations, usage, lifetimes, utcnow())[job.id]
 
@@ -127,16 +121,23 @@ def by_project(session: Session, window_s: float, project: str | None = None) ->
     projects = {job_id: name for job_id, name, _, _ in listed}
     lifetimes = {job_id: (created, finished) for job_id, _, created, finished in listed}
     ids = select(jobs.subquery().c.id)
-    allocations = session.execute(
-        select(Allocation.job_id, Allocation.attempt, Allocation.slots)
-        .add_columns(Allocation.created_at, Allocation.released_at)
-        .where(Allocation.job_id.in_(ids))
-    ).all()
-    usage = session.scalars(select(AttemptUsage).where(AttemptUsage.job_id.in_(ids))).all()
+    allocations, usage = _rows(session, Allocation.job_id.in_(ids), AttemptUsage.job_id.in_(ids))
     totals: dict[str, Goodput] = defaultdict(Goodput)
     for job_id, goodput in _total(allocations, usage, lifetimes, now).items():
         totals[projects[job_id]].add(goodput)
     return dict(totals)
+
+
+def _rows(
+    session: Session, held: ColumnElement[bool], accounted: ColumnElement[bool]
+) -> tuple[Sequence[Any], Sequence[AttemptUsage]]:
+    """The allocation rows and the attempts' accounting that the conditions select."""
+    allocations = session.execute(
+        select(Allocation.job_id, Allocation.attempt, Allocation.slots)
+        .add_columns(Allocation.created_at, Allocation.released_at)
+        .where(held)
+    ).all()
+    return allocations, session.scalars(select(AttemptUsage).where(accounted)).all()
 
 
 def _total(

@@ -21,7 +21,13 @@ def _usage(session: Session) -> dict[str, float]:
     return usage_by_project(session, get_settings().fair_share_window_s)
 
 
-def _describe(session: Session, name: str, usage: dict[str, float]) -> ProjectOut:
+def _spent(session: Session, project: str | None = None) -> dict[str, Goodput]:
+    return goodput.by_project(session, get_settings().goodput_window_s, project)
+
+
+def _describe(
+    session: Session, name: str, usage: dict[str, float], spent: dict[str, Goodput]
+) -> ProjectOut:
     project = repository.get(session, name)
     policy = (
         ProjectPolicyIn(
@@ -43,22 +49,20 @@ def _describe(session: Session, name: str, usage: dict[str, float]) -> ProjectOu
         slots_in_use=repository.slots_in_use(session, name),
         queued_jobs=repository.count_queued(session, name),
         usage_gpu_seconds=round(usage.get(name, 0.0), 3),
-        goodput=goodput_out(
-            goodput.by_project(session, get_settings().goodput_window_s, name).get(name, Goodput())
-        ),
+        goodput=goodput_out(spent.get(name, Goodput())),
     )
 
 
 def listing(session: Session, scope: ProjectScope) -> ProjectList:
     """The projects the scope names; every project with jobs or a policy when it names all."""
     names = repository.known_names(session) if scope.projects is None else scope.projects
-    usage = _usage(session)
-    return ProjectList(items=[_describe(session, name, usage) for name in sorted(names)])
+    usage, spent = _usage(session), _spent(session)  # every project's at once
+    return ProjectList(items=[_describe(session, name, usage, spent) for name in sorted(names)])
 
 
 def get(session: Session, name: str, principal: Principal) -> ProjectOut:
     principal.check_visible(name, f"project {name}")
-    return _describe(session, name, _usage(session))
+    return _describe(session, name, _usage(session), _spent(session, name))
 
 
 def set_policy(session: Session, name: str, policy: ProjectPolicyIn) -> ProjectOut:
@@ -73,4 +77,4 @@ def set_policy(session: Session, name: str, policy: ProjectPolicyIn) -> ProjectO
     project.allow_custom_code = policy.allow_custom_code
     project.idle_policy = policy.idle_policy.model_dump() if policy.idle_policy else None
     session.flush()
-    return _describe(session, name, _usage(session))
+    return _describe(session, name, _usage(session), _spent(session, name))
