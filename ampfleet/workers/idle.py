@@ -17,29 +17,14 @@ node that sees its ranks idle for the window acts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy.orm import Session
 
+from ampfleet.core.idle_policy import IdlePolicy
 from ampfleet.core.lifecycle import record_event, transition
-from ampfleet.core.models import Job, Project
+from ampfleet.core.models import Job
 from ampfleet.core.states import ACTIVE_STATES, JobState
 from ampfleet.workers.telemetry import by_kind
-
-
-@dataclass(frozen=True)
-class IdlePolicy:
-    below_percent: float
-    window_s: float
-    action: str  # event | stop
-
-    @classmethod
-    def of_project(cls, session: Session, project: str) -> IdlePolicy | None:
-        row = session.get(Project, project)
-        if row is None or not row.idle_policy:
-            return None
-        policy: dict[str, Any] = row.idle_policy
-        return cls(float(policy["below_percent"]), float(policy["window_s"]), policy["action"])
 
 
 def busiest(sample: dict[str, float]) -> float | None:

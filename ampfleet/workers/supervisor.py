@@ -23,6 +23,7 @@ from typing import IO
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ampfleet.core import idle_policy
 from ampfleet.core.allocations import release_node_share
 from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import record_event, requeue_or_fail, transition
@@ -34,7 +35,7 @@ from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
 from ampfleet.workers.gpus import GpuPool, device_nodes
 from ampfleet.workers.heartbeat import Beat, describe, read_beats
-from ampfleet.workers.idle import IdlePolicy, IdleWatch, act, busiest
+from ampfleet.workers.idle import IdleWatch, act, busiest
 from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs, store_points
 from ampfleet.workers.launch import launch_command, rank_environment, torchrun_args
 from ampfleet.workers.limits import RankLimits, TaskGroup
@@ -435,7 +436,7 @@ class Supervisor:
         telemetry = attempt.telemetry
         if not attempt.idle.fresh(telemetry.sampled_at):
             return
-        policy = IdlePolicy.of_project(session, job.project)
+        policy = idle_policy.of_project(session, job.project)
         if policy is None or not attempt.heard_from or attempt.stop_reason:
             attempt.idle.forget()
             return

@@ -3,7 +3,8 @@ once, the end of a reported spell once, and a dip shorter than the window never.
 
 from __future__ import annotations
 
-from ampfleet.workers.idle import IdlePolicy, IdleWatch, busiest
+from ampfleet.core.idle_policy import IdlePolicy
+from ampfleet.workers.idle import IdleWatch, busiest
 from ampfleet.workers.telemetry import node_totals
 
 POLICY = IdlePolicy(below_percent=20, window_s=60, action="event")

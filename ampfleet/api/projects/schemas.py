@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampfleet.api.bounds import MAX_INT
 from ampfleet.api.goodput import GoodputOut
-
-
-class IdlePolicy(BaseModel):
-    """What happens to a running job of the project whose ranks stay idle: the utilisation
-    of its busiest rank (GPU utilisation with NVML, else CPU percent of one core) under
-    `below_percent` for `window_s` seconds on end."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    below_percent: float = Field(gt=0, le=100, description="Idle below this utilisation.")
-    window_s: float = Field(ge=10, le=7 * 86400, description="For this long on end.")
-    action: Literal["event", "stop"] = Field(
-        "event", description="event: the job is told (an `idle` event); stop: also cancelled."
-    )
+from ampfleet.core.idle_policy import IdlePolicy
 
 
 class ProjectPolicyIn(BaseModel):

@@ -9,8 +9,8 @@ from sqlalchemy.orm import Session
 from ampfleet.api.auth import Principal, ProjectScope
 from ampfleet.api.goodput import goodput_out
 from ampfleet.api.projects import repository
-from ampfleet.api.projects.schemas import IdlePolicy, ProjectList, ProjectOut, ProjectPolicyIn
-from ampfleet.core import goodput
+from ampfleet.api.projects.schemas import ProjectList, ProjectOut, ProjectPolicyIn
+from ampfleet.core import goodput, idle_policy
 from ampfleet.core.goodput import Goodput
 from ampfleet.core.models import Project
 from ampfleet.core.settings import get_settings
@@ -36,9 +36,7 @@ def _describe(
             max_queued_jobs=project.max_queued_jobs,
             max_running_jobs=project.max_running_jobs,
             allow_custom_code=project.allow_custom_code,
-            idle_policy=IdlePolicy.model_validate(project.idle_policy)
-            if project.idle_policy
-            else None,
+            idle_policy=idle_policy.of_project(session, name),
         )
         if project
         else ProjectPolicyIn()
