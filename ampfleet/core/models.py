@@ -103,6 +103,9 @@ class Job(Base):
     metric_points_dropped: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     log_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     log_lines_dropped: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    records_rejected: Mapped[int] = mapped_column(
+        BigInteger, default=0, server_default="0", comment="rank 0's records the agent refused"
+    )
 
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -200,6 +200,12 @@ class Settings(BaseSettings):
     checkpoint_upload_timeout_s: float = Field(
         600.0, gt=0, description="How long an attempt's outcome waits for its uploads."
     )
+    max_artifact_bytes: int = Field(
+        64 << 30,
+        gt=0,
+        description="Largest file or checkpoint a job's ranks may hand over for upload; "
+        "larger are refused with an event.",
+    )
 
     @field_validator("artifact_url")
     @classmethod
@@ -246,6 +252,12 @@ class Settings(BaseSettings):
     @property
     def checkpoints_dir(self) -> Path:
         return self.data_dir.resolve() / "checkpoints"
+
+    @property
+    def staging_dir(self) -> Path:
+        """The node agent's own scratch space (checkpoint archives on their way up): never
+        in a folder the ranks can write."""
+        return self.data_dir.resolve() / "staging"
 
     @property
     def node_queue(self) -> str:

@@ -201,6 +201,7 @@ class NodeAgent:
                 max_runtime_s=stop.max_runtime_s,
                 runtime_only=stop.runtime_only,
                 hang_timeout_s=self._hang_timeout_s(job),
+                checkpoint_dir=self.settings.checkpoints_dir / job_id,
                 code_dir=brought.get("code_dir"),
                 input_paths=tuple(brought["inputs"].values()),
                 python=brought.get("python"),

@@ -17,27 +17,61 @@ import shutil
 import tarfile
 import tempfile
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePath
+from typing import BinaryIO
+
+from ampfleet.workers import beneath
 
 # A checkpoint folder as the loop names it (workers/training/checkpoint.py), and a file in
 # it: a plain name (DCP names its shards `__<rank>_<n>.distcp`), or DCP's `.metadata`.
 _MEMBER = re.compile(r"(ckpt-\d{9})/(\.metadata|[A-Za-z0-9_][A-Za-z0-9._-]*)")
 
 
-def archive_name(path: Path) -> str:
+class TooLargeError(ValueError):
+    """More bytes than an artifact may have."""
+
+
+class BoundedReader:
+    """A file read to at most `limit` bytes: TooLargeError past it (a file that grows while
+    it is read)."""
+
+    def __init__(self, source: BinaryIO, limit: int) -> None:
+        self._source, self._left = source, limit
+
+    def read(self, size: int = -1) -> bytes:
+        if size < 0:  # to the end, in chunks: never one buffer of the whole limit
+            return b"".join(iter(lambda: self.read(1 << 20), b""))
+        data = self._source.read(min(size, self._left + 1))
+        self._left -= len(data)
+        if self._left < 0:
+            raise TooLargeError("the file grew past the largest artifact while it was read")
+        return data
+
+
+def archive_name(path: PurePath) -> str:
     """How a checkpoint file is named in its archive (and listed): `ckpt-<step>/<name>`."""
     return f"{path.parent.name}/{path.name}"
 
 
-def pack(paths: Sequence[Path], folder: Path) -> Path:
-    """A temp tar in `folder` holding `paths` under their archive names; the caller deletes
-    it. FileNotFoundError when a file is gone (pruned since the record was written)."""
+def pack(files: Sequence[tuple[Path, PurePath]], folder: Path, limit: int) -> Path:
+    """A temp tar in `folder` (the agent's own) holding each file, opened beneath its root
+    (beneath.py: regular files only, no link followed), under its archive name; the caller
+    deletes it. FileNotFoundError when a file is gone (pruned since the record was written);
+    TooLargeError past `limit` bytes in all."""
     fd, name = tempfile.mkstemp(dir=folder, prefix=".upload-", suffix=".tar")
     archive = Path(name)
+    left = limit
     try:
         with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=out, mode="w") as tar:
-            for path in sorted(paths):
-                tar.add(path, arcname=archive_name(path), recursive=False)
+            for root, relative in sorted(files, key=lambda f: str(f[1])):
+                with os.fdopen(beneath.open_regular(root, relative), "rb") as source:
+                    size = os.fstat(source.fileno()).st_size
+                    left -= size
+                    if left < 0:
+                        raise TooLargeError(f"a checkpoint over {limit} bytes")
+                    info = tarfile.TarInfo(archive_name(relative))
+                    info.size, info.mode = size, 0o644
+                    tar.addfile(info, source)  # reads exactly `size` bytes
     except BaseException:
         archive.unlink(missing_ok=True)
         raise

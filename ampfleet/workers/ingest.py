@@ -15,15 +15,19 @@ from sqlalchemy.orm import Session
 
 from ampfleet.core import counters, goodput, profiles, webhooks
 from ampfleet.core.bulk import insert_rows
+from ampfleet.core.db import database_unavailable
 from ampfleet.core.lifecycle import record_event, transition
-from ampfleet.core.models import Job, LogLine, Metric, utcnow
+from ampfleet.core.models import Job, LogLine, Metric, Profile, utcnow
 from ampfleet.core.settings import Settings, get_settings
 from ampfleet.core.states import JobState
+from ampfleet.workers.records import Rejected
 from ampfleet.workers.rundir import ForwardedOffsets, LineTail, RecordReader, RunDir
 from ampfleet.workers.series import Point, Points, delete_after, not_stored
 
 METRIC_COLUMNS = ("job_id", "attempt", "step", "name", "value", "time")
 LOG_COLUMNS = ("job_id", "attempt", "rank", "stream", "time", "line")
+MAX_REJECTION_EVENTS = 20
+"""Rejected records told as events, per attempt; more are counted on the job."""
 MAX_ADOPTION_READS = 10_000  # chunks per file when taking over a dead agent's folder
 _ATTEMPT_FOLDER = re.compile(r"^attempt-(\d+)$")
 
@@ -43,7 +47,7 @@ class AttemptFeed:
         self._offsets = ForwardedOffsets(run_dir)
         self._saved = self._offsets.load()
         self.records = records or RecordReader(
-            run_dir.events_file, self._saved.get(run_dir.events_file, 0)
+            run_dir.events_file, self._saved.get(run_dir.events_file, 0), root=run_dir.path
         )
         self.tails: dict[Path, LineTail] = {}
         self.preempted_at_step: int | None = None
@@ -51,11 +55,16 @@ class AttemptFeed:
         """Earlier attempts' folders whose output this pass stores: they commit with it."""
         self.artifacts: list[dict[str, Any]] = []
         """`artifact` records read: the uploader takes them once the pass committed."""
+        self.rejections = 0
+        """Records of this attempt rejected so far (events name the first few)."""
 
     def new_log_lines(self) -> list[tuple[int, str, bytes]]:
         lines = []
         for rank, stream, path in self.run_dir.rank_logs():
-            tail = self.tails.setdefault(path, LineTail(path, offset=self._saved.get(path, 0)))
+            tail = self.tails.get(path)
+            if tail is None:
+                offset = self._saved.get(path, 0)
+                tail = self.tails[path] = LineTail(path, offset=offset, root=self.run_dir.path)
             lines += [(rank, stream, line) for line in tail.read_lines()]
         return lines
 
@@ -121,6 +130,50 @@ def apply_records(
     session.flush()
 
 
+def apply_one_by_one(
+    session: Session,
+    job: Job,
+    attempt: int,
+    records: list[dict[str, Any]],
+    feed: AttemptFeed,
+    settings: Settings,
+) -> None:
+    """`apply_records` for an attempt whose passes keep failing: each record under a
+    savepoint of its own, so the one that fails (for what it holds, not for the database)
+    is rejected with an event and the others are stored."""
+    for record in records:
+        artifacts, adopted = len(feed.artifacts), len(feed.adopted)
+        try:
+            with session.begin_nested():
+                apply_records(session, job, attempt, [record], feed, settings)
+        except Exception as exc:
+            if database_unavailable(exc):
+                raise
+            del feed.artifacts[artifacts:], feed.adopted[adopted:]
+            reason = f"storing it failed: {type(exc).__name__}"
+            record_event(session, job, "record_rejected", f"a {record['kind']!r} record: {reason}")
+            job.records_rejected = (job.records_rejected or 0) + 1
+
+
+def report_rejections(
+    session: Session, job: Job, feed: AttemptFeed, rejected: list[Rejected]
+) -> Rejected | None:
+    """Tells the job which of its records were rejected and why (the first few, then how
+    many more); returns the first essential one, which the attempt cannot go on without."""
+    for rejection in rejected:
+        feed.rejections += 1
+        if feed.rejections <= MAX_REJECTION_EVENTS:
+            more = (
+                f"; further rejections are counted, not told (after {MAX_REJECTION_EVENTS})"
+                if feed.rejections == MAX_REJECTION_EVENTS
+                else ""
+            )
+            name = feed.run_dir.events_file.name
+            record_event(session, job, "record_rejected", rejection.describe(name) + more)
+    job.records_rejected = (job.records_rejected or 0) + len(rejected)
+    return next((r for r in rejected if r.essential), None)
+
+
 def ranks_started(
     session: Session,
     job: Job,
@@ -151,8 +204,15 @@ def ranks_started(
 
 
 def apply_profile_reports(session: Session, job: Job, reports: list[dict[str, Any]]) -> None:
-    """A profile's capture began, ended or failed (core/profiles.py); its end is an event."""
+    """A profile's capture began, ended or failed (core/profiles.py); its end is an event.
+    Only the job's own profiles: a rank names the profile, and could name another job's."""
     for report in reports:
+        profile = session.get(Profile, report["profile_id"])
+        if profile is None or profile.job_id != job.id:
+            record_event(
+                session, job, "record_rejected", f"{report['profile_id']} is not this job's profile"
+            )
+            continue
         told = profiles.apply_report(session, report)
         if told:
             record_event(session, job, "profile", told)
@@ -253,9 +313,8 @@ def store_log_lines(
 ) -> None:
     now = utcnow()
     limit = settings.max_log_line_bytes
-    rows = [
-        (job.id, attempt, rank, stream, now, raw[:limit].decode("utf-8", "replace"))
-        for rank, stream, raw in lines
+    rows = [  # NUL: neither PostgreSQL's text nor a terminal wants it
+        (job.id, attempt, rank, stream, now, _text(raw[:limit])) for rank, stream, raw in lines
     ]
     budget = settings.max_log_bytes_per_job - job.log_bytes
     kept, size = 0, 0
@@ -276,6 +335,10 @@ def store_log_lines(
         job.log_lines_dropped += len(rows) - kept
     job.log_bytes += size
     insert_rows(session, LogLine.__table__, LOG_COLUMNS, rows[:kept])  # type: ignore[arg-type]
+
+
+def _text(raw: bytes) -> str:
+    return raw.replace(b"\x00", b"\xef\xbf\xbd").decode("utf-8", "replace")
 
 
 def _within_limit(

@@ -17,12 +17,16 @@ agent per node batches every job's metrics into few transactions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ampfleet.workers import beneath
+from ampfleet.workers.records import Rejected, parse
 
 FALLBACK_REASONS = {"precision_fallback": "precision", "allreduce_fallback": "allreduce_dtype"}
 """The reasons of rank 0's fallback events -> the manifest entry each belongs under."""
@@ -62,23 +66,53 @@ class RunDir:
 
     def rank_logs(self) -> list[tuple[int, str, Path]]:
         found = []
-        for path in sorted(self.logs_dir.glob("rank-*.std*")):
-            rank, _, stream = path.name.removeprefix("rank-").partition(".")
-            if rank.isdigit() and stream in ("stdout", "stderr"):
-                found.append((int(rank), stream, path))
-        return found
+        for name in _files_in(self.path, "logs"):
+            rank, _, stream = name.removeprefix("rank-").partition(".")
+            if name.startswith("rank-") and rank.isdigit() and stream in ("stdout", "stderr"):
+                found.append((int(rank), stream, self.logs_dir / name))
+        return sorted(found)
 
     def failure_file(self, rank: int) -> Path:
         return self.path / f"failure-rank{rank}.json"
 
     def failures(self) -> list[dict[str, Any]]:
+        """Each rank's report of why it failed, as far as it is one: the ranks write these
+        files, so only reports of the right shape count, their words cut to length."""
         found = []
-        for file in sorted(self.path.glob("failure-rank*.json")):
-            try:
-                found.append(json.loads(file.read_text()))
-            except (OSError, ValueError):
+        for name in _files_in(self.path):
+            if not (name.startswith("failure-rank") and name.endswith(".json")):
                 continue
-        return sorted(found, key=lambda f: f.get("time", 0.0))
+            try:
+                report = json.loads(beneath.read_bytes(self.path, name, 0, MAX_FAILURE_BYTES))
+            except (OSError, ValueError, RecursionError):
+                continue
+            if _is_failure_report(report):
+                found.append(
+                    {**report, "type": report["type"][:200], "message": report["message"][:2000]}
+                )
+        return sorted(found, key=lambda f: f["time"])
+
+
+MAX_FAILURE_BYTES = 64 << 10
+
+
+def _is_failure_report(report: object) -> bool:
+    return (
+        isinstance(report, dict)
+        and isinstance(report.get("rank"), int)
+        and isinstance(report.get("type"), str)
+        and isinstance(report.get("message"), str)
+        and isinstance(report.get("time"), int | float)
+    )
+
+
+def _files_in(root: Path, relative: str | None = None) -> list[str]:
+    """The regular files of a folder the ranks write, beneath it: none where it is missing
+    or was replaced by something else."""
+    try:
+        return beneath.list_files(root, relative)
+    except OSError:
+        return []
 
 
 class RecordWriter:
@@ -121,22 +155,32 @@ class LineTail:
 
     Reads continue from a pending position; `commit` makes it the committed one once what
     was read is stored, and `rollback` returns to the committed one, so a failed database
-    transaction reads the same lines again instead of forgetting them.
+    transaction reads the same lines again instead of forgetting them. The file lies in a
+    folder the ranks write (`root`): it is read beneath it (beneath.py), and nothing is read
+    where it is not a regular file.
     """
 
-    def __init__(self, path: Path, max_bytes: int = 1 << 20, offset: int = 0) -> None:
+    def __init__(
+        self, path: Path, max_bytes: int = 1 << 20, offset: int = 0, root: Path | None = None
+    ) -> None:
         self.path = path
+        self.root = root or path.parent
         self.offset = offset
         """Where the next pass starts: everything before it is stored."""
         self._pending = offset
         self._max_bytes = max_bytes
+        self.refused: str | None = None
+        """Why the file could not be read, when it was there but not a regular file."""
 
     def read_lines(self) -> list[bytes]:
         try:
-            with self.path.open("rb") as file:
-                file.seek(self._pending)
-                data = file.read(self._max_bytes)
+            data = beneath.read_bytes(
+                self.root, self.path.relative_to(self.root), self._pending, self._max_bytes
+            )
         except FileNotFoundError:
+            return []
+        except OSError as exc:
+            self.refused = str(exc)
             return []
         end = data.rfind(b"\n") + 1
         if end == 0 and len(data) == self._max_bytes:
@@ -156,19 +200,52 @@ class LineTail:
 
 
 class RecordReader(LineTail):
-    """The agent's side of the records file: JSON lines appended since the last read."""
+    """The agent's side of the records file: the records appended since the last read, each
+    checked against its kind's schema (records.py). What fails is in `rejected` after the
+    read, and is never read again."""
 
-    def __init__(self, path: Path, offset: int = 0) -> None:
-        super().__init__(path, max_bytes=64 << 20, offset=offset)
+    def __init__(self, path: Path, offset: int = 0, root: Path | None = None) -> None:
+        super().__init__(path, max_bytes=64 << 20, offset=offset, root=root)
+        self.rejected: list[Rejected] = []
+        self._lines: int | None = None  # lines before `offset`, counted when first needed
+        self._pending_lines = 0
 
     def read_new(self) -> list[dict[str, Any]]:
-        records = []
-        for line in self.read_lines():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
+        first = self._line_count() + self._pending_lines
+        lines = self.read_lines()
+        self._pending_lines += len(lines)
+        records: list[dict[str, Any]] = []
+        self.rejected = []
+        for number, line in enumerate(lines, first + 1):
+            if not line.strip():
                 continue
+            parsed = parse(line, number)
+            if isinstance(parsed, Rejected):
+                self.rejected.append(parsed)
+            else:
+                records.append(parsed)
         return records
+
+    def _line_count(self) -> int:
+        if self._lines is None:
+            self._lines = 0
+            if self.offset:  # resumed from a saved position: count the lines before it
+                with contextlib.suppress(OSError):
+                    relative = self.path.relative_to(self.root)
+                    for start in range(0, self.offset, 1 << 24):
+                        size = min(1 << 24, self.offset - start)
+                        data = beneath.read_bytes(self.root, relative, start, size)
+                        self._lines += data.count(b"\n")
+        return self._lines
+
+    def commit(self) -> None:
+        super().commit()
+        self._lines = self._line_count() + self._pending_lines
+        self._pending_lines = 0
+
+    def rollback(self) -> None:
+        super().rollback()
+        self._pending_lines = 0
 
 
 class ForwardedOffsets:
@@ -185,14 +262,20 @@ class ForwardedOffsets:
         self._root = run_dir.path
 
     def load(self) -> dict[Path, int]:
+        """The saved positions; the ranks could have rewritten the file, so only entries of
+        the right shape count (a wrong one costs the job its own lines, nothing else)."""
         try:
-            saved = json.loads(self._file.read_text())
-        except (OSError, ValueError):
+            saved = json.loads(beneath.read_bytes(self._root, self._file.name, 0, 1 << 20))
+        except (OSError, ValueError, RecursionError):
             return {}
-        return {self._root / name: int(offset) for name, offset in saved.items()}
+        if not isinstance(saved, dict):
+            return {}
+        return {
+            self._root / name: offset
+            for name, offset in saved.items()
+            if isinstance(offset, int) and offset >= 0 and ".." not in name.split("/")
+        }
 
     def save(self, tails: list[LineTail]) -> None:
         saved = {str(t.path.relative_to(self._root)): t.offset for t in tails}
-        tmp = self._file.with_name(f".{self._file.name}.tmp")
-        tmp.write_text(json.dumps(saved))
-        tmp.replace(self._file)
+        beneath.write_atomic(self._root, self._file.name, json.dumps(saved).encode())

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from ampfleet.core import idle_policy
 from ampfleet.core.allocations import release_node_share
-from ampfleet.core.db import session_scope
+from ampfleet.core.db import database_unavailable, session_scope
 from ampfleet.core.lifecycle import record_event, requeue_or_fail, transition
 from ampfleet.core.messaging import wake_scheduler
 from ampfleet.core.models import Job
@@ -36,7 +36,14 @@ from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
 from ampfleet.workers.gpus import GpuPool, device_nodes
 from ampfleet.workers.heartbeat import Beat, describe, read_beats
 from ampfleet.workers.idle import IdleWatch, act, busiest
-from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs, store_points
+from ampfleet.workers.ingest import (
+    AttemptFeed,
+    apply_one_by_one,
+    apply_records,
+    report_rejections,
+    ship_logs,
+    store_points,
+)
 from ampfleet.workers.launch import launch_command, rank_environment, torchrun_args
 from ampfleet.workers.limits import RankLimits, TaskGroup
 from ampfleet.workers.profile_handover import hand_over_profiles
@@ -46,6 +53,8 @@ from ampfleet.workers.training.entry import PARENT_PID_VARIABLE, STACKS_SIGNAL
 from ampfleet.workers.uploads import ArtifactUploader
 
 log = logging.getLogger(__name__)
+CAREFUL_AFTER_FAILED_PASSES = 2
+"""Failed passes of one attempt (not the database's fault) before its records go one by one."""
 HUNG_KILL_AFTER_S = 2.0
 """How long a hung attempt's ranks get between their stacks and SIGKILL."""
 # The states a launched attempt's ranks may end from, by exiting on their own.
@@ -65,6 +74,8 @@ class LaunchRequest:
     code_dir: str | None = None  # set: the ranks run bundled code, in the sandbox if on
     input_paths: tuple[str, ...] = ()  # the job's inputs on this node: read-only in the sandbox
     python: str | None = None  # the interpreter of its code.requirements, if it has any
+    checkpoint_dir: Path = field(kw_only=True)
+    """The job's checkpoint folder on this node (the ranks write it)."""
     hang_timeout_s: float = field(kw_only=True)
     """The job's monitoring.hang_timeout_s, or the node's default (the agent chose)."""
     runtime_only: bool = False
@@ -100,9 +111,20 @@ class RunningAttempt:
     """A pass that began after the ranks exited has read and committed all they wrote."""
     idle: IdleWatch = field(default_factory=IdleWatch)
     """Its project's idle policy, as this node sees its ranks."""
+    failed_passes: int = 0
+    """Passes in a row that failed for something other than the database."""
+    finished: bool = False
+    """Rank 0 wrote `finished`: the run is complete, the ranks are only shutting down."""
+    invalid_record: str | None = None
+    """Why an essential record (`started`) was rejected: the attempt fails with it."""
 
     def __post_init__(self) -> None:
         self.feed = AttemptFeed(self.request.run_dir, self.reader)
+
+    @property
+    def folders(self) -> tuple[Path, ...]:
+        """What its ranks may name in records: their run folder and the job's checkpoints."""
+        return (self.request.run_dir.path, self.request.checkpoint_dir)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -131,9 +153,7 @@ class Supervisor:
 
     def launch(self, request: LaunchRequest) -> None:
         """Launches once this node holds the job's latest stored checkpoint."""
-        self.uploads.restore_then(
-            request.run_dir, request.job_id, lambda: self._requests.put(request)
-        )
+        self.uploads.restore_then(request.job_id, lambda: self._requests.put(request))
 
     def node_telemetry(self) -> dict[str, float]:
         """What this node's ranks use now, for its heartbeat (another thread: a snapshot)."""
@@ -234,7 +254,7 @@ class Supervisor:
     ) -> RunningAttempt:
         run_dir = request.run_dir
         if contained and request.code_dir is not None:
-            checkpoints = self.settings.checkpoints_dir / request.job_id
+            checkpoints = request.checkpoint_dir
             checkpoints.mkdir(parents=True, exist_ok=True)
             # A requirements environment, read-only: <env>/bin/python is its interpreter.
             extra = [Path(request.python).parent.parent] if request.python else []
@@ -275,43 +295,49 @@ class Supervisor:
         return TaskGroup(f"{request.job_id}-{request.attempt}-{request.node_rank}", limits)
 
     def _sync(self) -> None:
-        """One transaction for every attempt on this node: records in, decisions out."""
+        """Records in, decisions out: each attempt in a transaction of its own, so nothing
+        one attempt writes can hold up another's reporting, cancel or outcome."""
         if not self._running:
             return
-        exited = [a for a in self._running.values() if a.process.poll() is not None]
-        finished = [a for a in exited if self._ready_to_end(a)]
-        ended_keys: list[tuple[str, int]] = []
+        with session_scope() as session:
+            hand_over_profiles(session, {a.key: a.request.run_dir for a in self._running.values()})
+        ended = [a.key for a in list(self._running.values()) if self._sync_attempt(a)]
+        for key in ended:
+            attempt = self._running.pop(key)
+            attempt.launcher_log.close()
+            if attempt.gpus and self.gpus:
+                self.gpus.give_back(attempt.gpus)
+        if ended:
+            wake_scheduler()  # slots were freed
+
+    def _sync_attempt(self, attempt: RunningAttempt) -> bool:
+        """One attempt's pass; whether it ended (its outcome is recorded, its slots free).
+
+        A pass that fails is read again by the next, unless it failed for something the
+        attempt's ranks wrote rather than for the database: then the attempt's passes go one
+        record at a time (`careful`), and the record that fails is rejected (ingest.py)."""
+        exited = attempt.process.poll() is not None
+        finished = exited and self._ready_to_end(attempt)
         try:
             with session_scope() as session:
-                for attempt in self._running.values():
-                    self._forward(session, attempt)
-                states = self._current_states(session)
-                hand_over_profiles(
-                    session, {a.key: a.request.run_dir for a in self._running.values()}
-                )
-                for attempt in self._running.values():
-                    if attempt.process.poll() is None:
-                        self._check_should_stop(attempt, states.get(attempt.request.job_id))
-                for attempt in finished:
+                self._forward(session, attempt)
+                if not exited:
+                    self._check_should_stop(attempt, self._current_state(session, attempt))
+                if finished:
                     self._record_outcome(session, attempt)
-                    ended_keys.append(attempt.key)
-        except BaseException:
-            # Nothing read in this pass was stored: the next pass reads it again.
-            for attempt in self._running.values():
-                attempt.feed.rollback()
-            raise
-        for attempt in self._running.values():
-            attempt.feed.commit()
-            self.uploads.submit(attempt.key, attempt.feed.take_artifacts())
-        for attempt in exited:
+        except Exception as exc:
+            attempt.feed.rollback()  # nothing read in this pass was stored: read it again
+            if database_unavailable(exc):
+                raise
+            attempt.failed_passes += 1
+            log.exception("%s attempt %s: pass %d failed", *attempt.key, attempt.failed_passes)
+            return False
+        attempt.failed_passes = 0
+        attempt.feed.commit()
+        self.uploads.submit(attempt.key, attempt.feed.take_artifacts(), attempt.folders)
+        if exited:
             attempt.drained = True
-        for key in ended_keys:
-            ended = self._running.pop(key)
-            ended.launcher_log.close()
-            if ended.gpus and self.gpus:
-                self.gpus.give_back(ended.gpus)
-        if ended_keys:
-            wake_scheduler()  # slots were freed
+        return finished
 
     def _ready_to_end(self, attempt: RunningAttempt) -> bool:
         """Whether to record how an exited attempt ended: once all it wrote was read and
@@ -328,10 +354,11 @@ class Supervisor:
         log.warning("%s attempt %s ends with artifact uploads still pending", *attempt.key)
         return True
 
-    def _current_states(self, session: Session) -> dict[str, tuple[str, int]]:
-        ids = [a.request.job_id for a in self._running.values()]
-        rows = session.execute(select(Job.id, Job.state, Job.attempt).where(Job.id.in_(ids)))
-        return {job_id: (state, attempt) for job_id, state, attempt in rows}
+    def _current_state(self, session: Session, attempt: RunningAttempt) -> tuple[str, int] | None:
+        row = session.execute(
+            select(Job.state, Job.attempt).where(Job.id == attempt.request.job_id)
+        ).first()
+        return None if row is None else (row[0], row[1])
 
     def _check_should_stop(self, attempt: RunningAttempt, current: tuple[str, int] | None) -> None:
         if attempt.stop_reason:
@@ -350,6 +377,11 @@ class Supervisor:
             self._stop_attempt(attempt, "preempt")
         elif self._past_runtime(attempt):
             self._stop_attempt(attempt, "timeout")
+        elif attempt.finished:
+            # The run is complete and recorded: silence now is the ranks shutting down (a
+            # loaded node, a long garbage collection), never a hang. They get a grace.
+            if self._silent_for(attempt) > self._exit_grace(attempt):
+                self._stop_attempt(attempt, "finished")
         elif self._silent_for(attempt) > self._silence_allowed(attempt):
             self._stop_attempt(attempt, "hung")
 
@@ -376,6 +408,10 @@ class Supervisor:
         on a busy node can outlast a short hang timeout, so start-up gets the start timeout."""
         if attempt.heard_from:
             return attempt.request.hang_timeout_s
+        return max(attempt.request.hang_timeout_s, self.settings.start_timeout_s)
+
+    def _exit_grace(self, attempt: RunningAttempt) -> float:
+        """How long ranks that finished may take to exit before they are stopped."""
         return max(attempt.request.hang_timeout_s, self.settings.start_timeout_s)
 
     def _stop_attempt(self, attempt: RunningAttempt, reason: str) -> None:
@@ -423,7 +459,15 @@ class Supervisor:
         if records:
             attempt.last_news = time.time()
             attempt.heard_from = True
-        apply_records(session, job, request.attempt, records, attempt.feed, self.settings)
+            attempt.finished = attempt.finished or any(r["kind"] == "finished" for r in records)
+        essential = report_rejections(session, job, attempt.feed, attempt.reader.rejected)
+        if essential is not None:
+            attempt.invalid_record = essential.describe(request.run_dir.events_file.name)
+            self._stop_attempt(attempt, "invalid_record")
+        if attempt.failed_passes >= CAREFUL_AFTER_FAILED_PASSES:
+            apply_one_by_one(session, job, request.attempt, records, attempt.feed, self.settings)
+        else:
+            apply_records(session, job, request.attempt, records, attempt.feed, self.settings)
         ship_logs(session, job, request.attempt, attempt.feed, self.settings)
         sampled = attempt.telemetry.take(job.step)
         if store_points(session, job, request.attempt, sampled, self.settings):
@@ -504,7 +548,20 @@ class Supervisor:
             self._record_hang(session, attempt)
         elif attempt.stop_reason == "preempt":
             self._record_preempted(session, attempt)
-        elif code == 0:
+        elif attempt.stop_reason == "invalid_record":
+            reason = f"rank 0 wrote a record the platform cannot accept: {attempt.invalid_record}"
+            transition(
+                session,
+                job_id,
+                JobState.FAILED,
+                from_states=EXITABLE,
+                attempt=number,
+                reason="invalid_record",
+                message=reason,
+                failure_reason=reason,
+            )
+        elif code == 0 or attempt.stop_reason == "finished":
+            # Stopped after `finished`: the run and its export were complete before.
             transition(
                 session,
                 job_id,
@@ -512,7 +569,13 @@ class Supervisor:
                 from_states=EXITABLE,
                 attempt=number,
                 reason="completed",
-                message="training finished",
+                message="training finished"
+                + (
+                    f"; its ranks were stopped {self._exit_grace(attempt):.0f}s after it as they "
+                    "had not exited"
+                    if attempt.stop_reason == "finished"
+                    else ""
+                ),
             )
         else:
             self._record_failure(session, attempt, code)

@@ -15,18 +15,17 @@ next. A failed upload is retried with backoff and, in the end, reported as a job
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePath
+from typing import Any, BinaryIO, cast
 
 from ampfleet.core import profiles
 from ampfleet.core.artifact_names import PROFILE_KIND
@@ -35,8 +34,14 @@ from ampfleet.core.db import get_read_sessionmaker, session_scope
 from ampfleet.core.lifecycle import record_event
 from ampfleet.core.models import Job
 from ampfleet.core.settings import Settings
-from ampfleet.workers.checkpoint_archive import archive_name, pack, unpack
-from ampfleet.workers.rundir import RunDir
+from ampfleet.workers import beneath
+from ampfleet.workers.checkpoint_archive import (
+    BoundedReader,
+    TooLargeError,
+    archive_name,
+    pack,
+    unpack,
+)
 
 log = logging.getLogger(__name__)
 UPLOAD_NICENESS = 19
@@ -51,20 +56,24 @@ class PendingUpload:
     attempt: int
     kind: str
     name: str
-    paths: tuple[Path, ...]
+    files: tuple[tuple[Path, PurePath], ...]
+    """Each file as (the attempt's folder it lies in, its path beneath that folder)."""
     step: int | None
     details: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_record(cls, key: AttemptKey, record: dict[str, Any]) -> PendingUpload:
-        step = record.get("step")
+    def from_record(
+        cls, key: AttemptKey, record: dict[str, Any], folders: Sequence[Path]
+    ) -> PendingUpload:
+        """From an `artifact` record (its shape checked: records.py); each path it names must
+        lie in one of `folders` (RefusedPathError otherwise), and is opened beneath it."""
         return cls(
             job_id=key[0],
             attempt=key[1],
-            kind=str(record["artifact_kind"]),
-            name=str(record["name"]),
-            paths=tuple(Path(p) for p in record["paths"]),
-            step=None if step is None else int(step),
+            kind=record["artifact_kind"],
+            name=record["name"],
+            files=tuple(beneath.place(p, folders) for p in record["paths"]),
+            step=record.get("step"),
             details=dict(record.get("details") or {}),
         )
 
@@ -90,12 +99,15 @@ class ArtifactUploader:
 
     # -- uploads --------------------------------------------------------------------------
 
-    def submit(self, key: AttemptKey, records: list[dict[str, Any]]) -> None:
+    def submit(
+        self, key: AttemptKey, records: list[dict[str, Any]], folders: Sequence[Path]
+    ) -> None:
+        """`folders`: the attempt's own, where its records may name files."""
         for record in records:
             try:
-                upload = PendingUpload.from_record(key, record)
-            except (KeyError, TypeError, ValueError):
-                log.warning("ignoring a malformed artifact record of %s: %.200r", key, record)
+                upload = PendingUpload.from_record(key, record, folders)
+            except (KeyError, TypeError, ValueError, OSError) as exc:
+                self._refuse(key, record.get("name"), exc)
                 continue
             with self._lock:
                 self._pending[key] += 1
@@ -120,11 +132,28 @@ class ArtifactUploader:
                 with self._lock:
                     self._pending[(upload.job_id, upload.attempt)] -= 1
 
+    def _refuse(self, key: AttemptKey, name: object, exc: Exception) -> None:
+        """A file the ranks handed over that the agent will not read: said as a job event."""
+        log.warning("refusing artifact %.100r of %s: %s", name, key, exc)
+        try:
+            with session_scope() as session:
+                job = session.get(Job, key[0])
+                if job is not None:
+                    record_event(
+                        session, job, "artifact_refused", f"{name}: not uploaded: {exc}"[:2000]
+                    )
+                    job.records_rejected = (job.records_rejected or 0) + 1
+        except Exception:
+            log.exception("could not record the refused artifact %.100r", name)
+
     def _upload(self, upload: PendingUpload) -> None:
         deadline = time.monotonic() + self.settings.checkpoint_upload_timeout_s
         for delay in (*RETRY_DELAYS_S, None):
             try:
                 self._put_and_list(upload)
+                return
+            except (beneath.RefusedPathError, TooLargeError) as exc:
+                self._refuse((upload.job_id, upload.attempt), upload.name, exc)
                 return
             except FileNotFoundError:
                 # Pruned by the loop's keep-last-K before its turn came: a later one is queued.
@@ -140,18 +169,24 @@ class ArtifactUploader:
     def _put_and_list(self, upload: PendingUpload) -> None:
         store = self._store()
         details = dict(upload.details)
+        limit = self.settings.max_artifact_bytes
         if upload.kind == catalog.CHECKPOINT:
-            source = pack(upload.paths, upload.paths[0].parent)
-            details["files"] = sorted(archive_name(p) for p in upload.paths)
+            self.settings.staging_dir.mkdir(parents=True, exist_ok=True)
+            archive = pack(upload.files, self.settings.staging_dir, limit)
+            details["files"] = sorted(archive_name(relative) for _, relative in upload.files)
             content_type = catalog.TAR
+            try:
+                with archive.open("rb") as source:
+                    stored = store.put_stream(source)
+            finally:
+                archive.unlink(missing_ok=True)
         else:
-            source = upload.paths[0]
-            content_type = CONTENT_TYPES.get(source.suffix, "application/octet-stream")
-        try:
-            stored = store.put_file(source)
-        finally:
-            if source not in upload.paths:
-                source.unlink(missing_ok=True)
+            ((folder, relative),) = upload.files
+            with os.fdopen(beneath.open_regular(folder, relative), "rb") as source:
+                if os.fstat(source.fileno()).st_size > limit:
+                    raise TooLargeError(f"over the largest artifact, {limit} bytes")
+                stored = store.put_stream(cast(BinaryIO, BoundedReader(source, limit)))
+            content_type = CONTENT_TYPES.get(relative.suffix, "application/octet-stream")
         with session_scope() as session:
             job = session.get(Job, upload.job_id)
             if job is None:  # deleted meanwhile: its object is nobody's
@@ -197,14 +232,14 @@ class ArtifactUploader:
 
     # -- restores -------------------------------------------------------------------------
 
-    def restore_then(self, run_dir: RunDir, job_id: str, then: Callable[[], None]) -> None:
+    def restore_then(self, job_id: str, then: Callable[[], None]) -> None:
         """Unless this node already holds the job's latest listed checkpoint, downloads and
         unpacks it into the job's checkpoint folder; then calls `then` (the launch), also
         when the restore failed (the attempt starts from what this node has, and says so)."""
 
         def restore_and_launch() -> None:
             try:
-                self.restore(run_dir, job_id)
+                self.restore(job_id)
             except Exception as exc:
                 log.exception("restoring the checkpoint of %s failed", job_id)
                 self._report_restore_failure(job_id, exc)
@@ -212,14 +247,14 @@ class ArtifactUploader:
 
         self._restores.submit(restore_and_launch)
 
-    def restore(self, run_dir: RunDir, job_id: str) -> list[str]:
+    def restore(self, job_id: str) -> list[str]:
         """The names of the files it put in place; none when the node had them already."""
-        folder = Path(json.loads(run_dir.job_file.read_text())["checkpoint_dir"])
         with get_read_sessionmaker()() as session:
             row = catalog.latest_checkpoint(session, job_id)
             if row is None:
                 return []
             sha256, files = row.sha256, list(row.details.get("files", []))
+        folder = self.settings.checkpoints_dir / job_id
         if files and all((folder / name).exists() for name in files):
             return []
         folder.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,6 @@ from ampfleet.core.db import session_scope
 from ampfleet.core.models import Artifact, JobEvent
 from ampfleet.core.settings import get_settings
 from ampfleet.core.states import JobState
-from ampfleet.workers.rundir import RunDir
 from ampfleet.workers.training.checkpoint import artifact_record
 from ampfleet.workers.uploads import ArtifactUploader
 from tests.support.env import environment
@@ -72,20 +71,13 @@ def _rows(job_id: str) -> list[Artifact]:
         return list(rows)
 
 
-def _run_dir(root: Path, checkpoint_dir: Path) -> RunDir:
-    run_dir = RunDir(root)
-    root.mkdir(parents=True)
-    run_dir.job_file.write_text(json.dumps({"checkpoint_dir": str(checkpoint_dir)}))
-    return run_dir
-
-
 def test_checkpoints_are_listed_pruned_and_restored(
     uploader: ArtifactUploader, tmp_path: Path
 ) -> None:
     job_id = insert_job(state=JobState.RUNNING, attempt=1)  # keep_last is 2
     folder = tmp_path / "node-a" / job_id
     records = [_write_checkpoint(folder, step) for step in (10, 20, 30)]
-    uploader.submit((job_id, 1), records)
+    uploader.submit((job_id, 1), records, [tmp_path])
     _settle(uploader, (job_id, 1))
 
     rows = _rows(job_id)
@@ -111,22 +103,20 @@ def test_checkpoints_are_listed_pruned_and_restored(
     assert not list(folder.glob("*/.upload-*"))  # the temp tars are gone
 
     # Another node, with no shared disk: it gets step 30 from the store, once.
-    elsewhere = tmp_path / "node-b" / job_id
-    run_dir = _run_dir(tmp_path / "node-b" / "run", elsewhere)
-    assert sorted(uploader.restore(run_dir, job_id)) == rows[1].details["files"]
+    elsewhere = get_settings().checkpoints_dir / job_id
+    assert sorted(uploader.restore(job_id)) == rows[1].details["files"]
     for name in rows[1].details["files"]:
         assert (elsewhere / name).read_bytes() == (folder / name).read_bytes()
     restored = sorted(f"{p.parent.name}/{p.name}" for p in elsewhere.glob("*/*"))
     assert restored == rows[1].details["files"]
-    assert uploader.restore(run_dir, job_id) == []
+    assert uploader.restore(job_id) == []
 
 
 def test_listing_is_idempotent_and_a_job_without_checkpoints_restores_nothing(
     uploader: ArtifactUploader, tmp_path: Path
 ) -> None:
     job_id = insert_job(state=JobState.RUNNING, attempt=1)
-    run_dir = _run_dir(tmp_path / "run", tmp_path / "ckpt")
-    assert uploader.restore(run_dir, job_id) == []
+    assert uploader.restore(job_id) == []
 
     model = tmp_path / "model.safetensors"
     model.write_bytes(b"weights" * 1000)
@@ -138,26 +128,34 @@ def test_listing_is_idempotent_and_a_job_without_checkpoints_restores_nothing(
         "step": 20,
         "details": {"dtype": "float32"},
     }
-    uploader.submit((job_id, 1), [record, record])  # a replayed record
+    uploader.submit((job_id, 1), [record, record], [tmp_path])  # a replayed record
     _settle(uploader, (job_id, 1))
-    uploader.submit((job_id, 1), [record])
+    uploader.submit((job_id, 1), [record], [tmp_path])
     _settle(uploader, (job_id, 1))
     [row] = _rows(job_id)
     assert (row.name, row.kind, row.size) == ("model.safetensors", "model", 7000)
     assert len(list(get_store().keys())) == 1
 
 
+class _DownStore:
+    """A store every put to fails, as one that is unreachable."""
+
+    def put_stream(self, stream: object) -> None:
+        raise ConnectionError("the store is down")
+
+
 def test_a_failed_upload_is_a_job_event(uploader: ArtifactUploader, tmp_path: Path) -> None:
     job_id = insert_job(state=JobState.RUNNING, attempt=1)
-    (tmp_path / "not-a-file").mkdir()
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
     record = {
         "kind": "artifact",
-        "artifact_kind": "output",
-        "name": "outputs/x",
-        "paths": [str(tmp_path / "not-a-file")],
+        "artifact_kind": "model",
+        "name": "model.safetensors",
+        "paths": [str(tmp_path / "model.safetensors")],
         "step": None,
     }
-    uploader.submit((job_id, 1), [record])
+    uploader._store = _DownStore  # type: ignore[assignment]
+    uploader.submit((job_id, 1), [record], [tmp_path])
     _settle(uploader, (job_id, 1))
     assert _rows(job_id) == []
     with session_scope() as session:
@@ -167,7 +165,32 @@ def test_a_failed_upload_is_a_job_event(uploader: ArtifactUploader, tmp_path: Pa
             )
         ).all()
     assert len(events) == 1
-    assert "outputs/x could not be stored" in events[0]
+    assert "model.safetensors could not be stored" in events[0]
+
+
+def test_a_folder_named_as_a_file_is_refused_not_read(
+    uploader: ArtifactUploader, tmp_path: Path
+) -> None:
+    job_id = insert_job(state=JobState.RUNNING, attempt=1)
+    (tmp_path / "not-a-file").mkdir()
+    record = {
+        "kind": "artifact",
+        "artifact_kind": "output",
+        "name": "outputs/x",
+        "paths": [str(tmp_path / "not-a-file")],
+        "step": None,
+    }
+    uploader.submit((job_id, 1), [record], [tmp_path])
+    _settle(uploader, (job_id, 1))
+    assert _rows(job_id) == []
+    with session_scope() as session:
+        events = session.scalars(
+            select(JobEvent.message).where(
+                JobEvent.job_id == job_id, JobEvent.reason == "artifact_refused"
+            )
+        ).all()
+    assert len(events) == 1
+    assert "outputs/x: not uploaded" in events[0]
 
 
 def _upload_in_progress(store: ArtifactStore) -> bool:
@@ -191,7 +214,15 @@ def test_a_worker_killed_mid_upload_leaves_no_listed_checkpoint(
         model.truncate(KILL_TEST_BYTES)
     store = get_store()
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.upload_worker", job_id, "1", json.dumps(record)],
+        [
+            sys.executable,
+            "-m",
+            "tests.support.upload_worker",
+            job_id,
+            "1",
+            json.dumps(record),
+            str(tmp_path),
+        ],
         env=dict(os.environ),
     )
     try:

@@ -18,22 +18,22 @@ def test_reader_leaves_partial_lines_for_later(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     reader = RecordReader(path)
     assert reader.read_new() == []
-    path.write_text('{"kind": "a"}\n{"kind": "b"')
-    assert [r["kind"] for r in reader.read_new()] == ["a"]
+    path.write_text('{"kind": "finished"}\n{"kind": "rewound", "step": 1')
+    assert [r["kind"] for r in reader.read_new()] == ["finished"]
     with path.open("a") as file:
         file.write("}\n")
-    assert [r["kind"] for r in reader.read_new()] == ["b"]
+    assert [r["kind"] for r in reader.read_new()] == ["rewound"]
 
 
 def test_reader_reads_again_what_was_not_committed(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
-    path.write_text('{"kind": "a"}\n')
+    path.write_text('{"kind": "finished"}\n')
     reader = RecordReader(path)
-    assert [r["kind"] for r in reader.read_new()] == ["a"]
+    assert [r["kind"] for r in reader.read_new()] == ["finished"]
     reader.rollback()  # the transaction that stored it failed
     with path.open("a") as file:
-        file.write('{"kind": "b"}\n')
-    assert [r["kind"] for r in reader.read_new()] == ["a", "b"]
+        file.write('{"kind": "rewound", "step": 1}\n')
+    assert [r["kind"] for r in reader.read_new()] == ["finished", "rewound"]
     assert reader.read_new() == []  # within one pass, reading continues
     reader.commit()
     reader.rollback()
@@ -44,7 +44,7 @@ def test_committed_offsets_survive_in_the_folder(tmp_path: Path) -> None:
     run_dir = RunDir(tmp_path)
     run_dir.logs_dir.mkdir()
     run_dir.rank_log(1, "stderr").write_text("one\ntwo\n")
-    run_dir.events_file.write_text('{"kind": "a"}\n')
+    run_dir.events_file.write_text('{"kind": "finished"}\n')
     feed = AttemptFeed(run_dir)
     assert len(feed.records.read_new()) == 1
     assert len(feed.new_log_lines()) == 2

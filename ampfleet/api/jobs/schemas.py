@@ -53,6 +53,9 @@ class Volume(BaseModel):
     metric_points_dropped: int
     log_bytes: int
     log_lines_dropped: int
+    records_rejected: int = Field(
+        description="Records of the job's ranks that the node agent rejected (events say why)."
+    )
 
 
 class JobOut(BaseModel):

@@ -351,6 +351,7 @@ def to_out(job: Job, now: datetime | None = None) -> JobOut:
             metric_points_dropped=job.metric_points_dropped or 0,
             log_bytes=job.log_bytes or 0,
             log_lines_dropped=job.log_lines_dropped or 0,
+            records_rejected=job.records_rejected or 0,
         ),
         precision=PrecisionSetting(
             requested=Precision(resolved["precision"]), effective=job.precision
