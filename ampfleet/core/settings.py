@@ -175,7 +175,8 @@ class Settings(BaseSettings):
         "",
         description="Options for pip when it installs a job's code.requirements, e.g. "
         "'--index-url https://pypi.internal/simple' or '--no-index --find-links /wheels'; "
-        "wheels only unless this says --no-binary or --prefer-binary.",
+        "always wheels only (--only-binary=:all: comes after these): nothing is built from "
+        "source on a node.",
     )
     max_dataset_bytes: int = Field(
         2 << 30, gt=0, description="Largest dataset upload (archive or file); larger get 413."
