@@ -95,6 +95,18 @@ def test_private_targets_are_refused_by_default(client: TestClient) -> None:
         assert client.post("/v1/webhooks", json={"url": url}).status_code == 422
 
 
+@pytest.mark.parametrize(
+    "host", ["[::127.0.0.1]", "[::ffff:127.0.0.1]", "[::ffff:0:7f00:1]", "[64:ff9b::a00:1]"]
+)
+def test_ipv6_forms_of_a_loopback_or_private_ipv4_address_are_refused(
+    client: TestClient, host: str
+) -> None:
+    response = client.post("/v1/webhooks", json={"url": f"http://{host}:9/hook"})
+    assert response.status_code == 422, response.text
+    assert "loopback or private" in response.json()["error"]["details"][0]["message"]
+    assert client.get("/v1/webhooks").json()["items"] == []
+
+
 def test_state_changes_and_thresholds_are_delivered_signed(
     private_allowed: None, make_key, receiver: Receiver, tmp_path
 ) -> None:
