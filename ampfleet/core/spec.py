@@ -16,6 +16,7 @@ from pydantic import (
     model_validator,
 )
 
+from ampfleet.core.project_names import ProjectName
 from ampfleet.core.requirements import MAX_REQUIREMENT_LENGTH, checked_requirement
 
 # Names and labels may end up in file names, log lines and URLs: keep them boring.
@@ -250,7 +251,7 @@ class JobSpec(_Strict):
     """A training job as submitted over HTTP."""
 
     name: SafeName | None = None
-    project: SafeName = "default"
+    project: ProjectName = "default"
     # `code` before `recipe`: the check of `recipe` sees it.
     code: CodeSpec | None = Field(None, description="Or the user's own recipe, from a bundle.")
     recipe: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = Field(
