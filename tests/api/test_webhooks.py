@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import ssl
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -355,3 +356,35 @@ def test_a_secret_made_before_the_standard_verifies_and_keeps_its_old_headers(
     )
     timestamp = int(headers["X-Ampfleet-Timestamp"])
     assert headers["X-Ampfleet-Signature"] == legacy_signature(legacy, timestamp, body)
+
+
+RACE_TRIALS = 30
+
+
+def test_rotating_a_secret_while_the_webhook_is_deleted_is_404_or_done_never_500(
+    client: TestClient,
+) -> None:
+    """Each trial starts a rotate-secret and a DELETE of one webhook together: the rotation
+    either happened before the delete (200) or finds no webhook (404); the delete wins."""
+    answers: Counter[tuple[str, int]] = Counter()
+    for _ in range(RACE_TRIALS):
+        created = client.post("/v1/webhooks", json={"url": "https://1.1.1.1/hook"})
+        assert created.status_code == 201, created.text
+        path = f"/v1/webhooks/{created.json()['id']}"
+        start = threading.Barrier(2, timeout=30)
+
+        def call(method: str, url: str, start: threading.Barrier = start) -> None:
+            start.wait()
+            answers[(method, client.request(method, url).status_code)] += 1
+
+        racers = [
+            threading.Thread(target=call, args=("POST", f"{path}/rotate-secret")),
+            threading.Thread(target=call, args=("DELETE", path)),
+        ]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join(timeout=60)
+        assert client.get(path).status_code == 404
+    assert set(answers) <= {("POST", 200), ("POST", 404), ("DELETE", 204)}, answers
+    assert answers[("DELETE", 204)] == RACE_TRIALS
