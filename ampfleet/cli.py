@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 
 from ampfleet.core.logs import configure_logging
 from ampfleet.core.private_files import make_process_private, write_private_text
+from ampfleet.core.project_names import project_name_problem
 from ampfleet.core.roles import Role
 from ampfleet.core.settings import ADMIN_KEY_FILE_NAME, get_settings
 from ampfleet.extras import missing_packages
@@ -98,6 +99,8 @@ def bootstrap_key(
     name: Annotated[str, typer.Option(help="A label for the key.")] = "bootstrap",
 ) -> None:
     """Create an API key directly in the database and print it (first admin key, scripts)."""
+    if (problem := project_name_problem(project)) is not None:
+        raise typer.BadParameter(problem, param_hint="--project")
     require_extra("db")
     from ampfleet.core.db import session_scope
     from ampfleet.core.keys import create_key

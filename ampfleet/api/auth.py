@@ -27,6 +27,7 @@ from ampfleet.api.ratelimit import buckets_for
 from ampfleet.core.db import get_read_sessionmaker, session_scope, unit_of_work
 from ampfleet.core.keys import verify
 from ampfleet.core.models import ApiKey, utcnow
+from ampfleet.core.project_names import ProjectName
 from ampfleet.core.roles import Role
 from ampfleet.core.settings import get_settings
 
@@ -190,9 +191,8 @@ AdminPrincipal = Annotated[Principal, Depends(admin_principal)]
 def listing_scope(
     principal: CurrentPrincipal,
     project: Annotated[
-        str | None,
+        ProjectName | None,
         Query(
-            max_length=64,
             description="Only this project's. Another project's, for a key that is not "
             "admin, matches nothing.",
         ),

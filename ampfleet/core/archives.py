@@ -9,6 +9,12 @@ the first entry past a cap, so a bomb costs only as much work as the caps allow.
 checks on upload (a refusal is a 422 naming the entry); the worker checks again when it
 unpacks (it trusts no byte of the store it did not check itself).
 
+Links are kept (a bundle's `alias.py -> model.py` is ordinary), so each is resolved, not
+read as text: its target is followed as the kernel will follow it once the tree is unpacked,
+through the archive's other links, each `..` taken after the link before it, and must end
+strictly inside the tree. `p/d -> .` with `p/e -> d/../..` reads as inside and is outside
+once `d` is followed. Nothing may stand behind a link.
+
 Standard library only: the API process imports it.
 """
 
@@ -27,6 +33,10 @@ TAR_GZ = "tar.gz"
 MAX_ENTRY_NAME = 1000
 # A zip symlink's target is its content; a longer one is no path a tree needs.
 MAX_LINK_TARGET = 4096
+# Links followed while resolving one link, as the kernel's own bound (ELOOP past it), and
+# path components walked while resolving all the links of one archive.
+MAX_LINK_HOPS = 40
+MAX_LINK_STEPS = 100_000
 
 
 class ArchiveRefusedError(ValueError):
@@ -68,7 +78,7 @@ def inspect_archive(path: Path, limits: ArchiveLimits) -> tuple[str, list[Archiv
 def _checked(raw: Iterator[tuple[str, str, int, str]], limits: ArchiveLimits) -> list[ArchiveEntry]:
     entries: list[ArchiveEntry] = []
     seen: set[str] = set()
-    links: set[str] = set()
+    links: dict[str, str] = {}
     total = 0
     for name, kind, size, stated_target in raw:
         relative = _relative_name(name)
@@ -78,13 +88,10 @@ def _checked(raw: Iterator[tuple[str, str, int, str]], limits: ArchiveLimits) ->
             continue
         if relative in seen:
             raise ArchiveRefusedError(f"entry {relative!r} appears twice")
-        # A link is judged from where it stands; standing behind another link would move it.
-        if any(parent.as_posix() in links for parent in PurePosixPath(relative).parents):
-            raise ArchiveRefusedError(f"entry {relative!r} lies behind a link")
         target = stated_target
         if kind == "symlink":
             _check_link(relative, target)
-            links.add(relative)
+            links[relative] = target
         elif target:  # a hard link, to a file listed (and so checked) before it
             target = _relative_name(target)
         seen.add(relative)
@@ -96,6 +103,15 @@ def _checked(raw: Iterator[tuple[str, str, int, str]], limits: ArchiveLimits) ->
             raise ArchiveRefusedError(
                 f"unpacks to more than {limits.max_unpacked_bytes} bytes (at {relative!r})"
             )
+    # Judged once every link is known: an entry or a link target may name a link that the
+    # archive lists only after it.
+    for entry in entries:
+        # A link is judged from where it stands; standing behind another link would move it.
+        if any(parent.as_posix() in links for parent in PurePosixPath(entry.path).parents):
+            raise ArchiveRefusedError(f"entry {entry.path!r} lies behind a link")
+    resolver = _LinkResolver(links)
+    for link in links:
+        resolver.check(link)
     return entries
 
 
@@ -116,16 +132,50 @@ def _relative_name(name: str) -> str:
 def _check_link(relative: str, target: str) -> None:
     if not target or len(target) > MAX_LINK_TARGET or "\x00" in target:
         raise ArchiveRefusedError(f"link {relative!r} has an empty or unusable target")
-    pure = PurePosixPath(target)
-    if pure.is_absolute():
+    if PurePosixPath(target).is_absolute():
         raise ArchiveRefusedError(f"link {relative!r} points outside the tree ({target[:200]!r})")
-    depth = len(PurePosixPath(relative).parent.parts)
-    for part in pure.parts:
-        depth += -1 if part == ".." else 0 if part == "." else 1
-        if depth < 0:
-            raise ArchiveRefusedError(
-                f"link {relative!r} points outside the tree ({target[:200]!r})"
-            )
+
+
+class _LinkResolver:
+    """Follows the archive's links as the kernel will once the tree is unpacked; a name that
+    is no link counts as a folder (the strict reading: one that is missing cannot take a
+    `..` out either). The work is bounded per archive, so links cannot make a bomb."""
+
+    def __init__(self, links: dict[str, str]) -> None:
+        self.links = links
+        self.steps_left = MAX_LINK_STEPS
+        self.link, self.hops = "", 0  # the link being checked, the links it passed
+
+    def check(self, link: str) -> None:
+        """Refuses `link` unless its target ends inside the tree."""
+        self.link, self.hops = link, 0
+        parent = PurePosixPath(link).parent.parts
+        self._follow(["/".join(parent[: i + 1]) for i in range(len(parent))], self.links[link])
+
+    def _follow(self, start: list[str], target: str) -> list[str]:
+        here = list(start)  # the resolved path so far, as its growing prefixes
+        for part in PurePosixPath(target).parts:
+            self.steps_left -= 1
+            if self.steps_left < 0:
+                raise ArchiveRefusedError("the archive's links take too long to resolve")
+            if part == "..":
+                if not here:
+                    passed = "" if self.hops == 0 else ", once the links it passes are followed"
+                    shown = self.links[self.link][:200]
+                    raise ArchiveRefusedError(
+                        f"link {self.link!r} points outside the tree ({shown!r}{passed})"
+                    )
+                here.pop()
+            elif part != ".":
+                here.append(f"{here[-1]}/{part}" if here else part)
+                if here[-1] in self.links:
+                    self.hops += 1
+                    if self.hops > MAX_LINK_HOPS:
+                        raise ArchiveRefusedError(
+                            f"link {self.link!r} passes too many links (a loop?)"
+                        )
+                    here = self._follow(here[:-1], self.links[here[-1]])
+        return here
 
 
 def _zip_entries(path: Path) -> Iterator[tuple[str, str, int, str]]:

@@ -24,6 +24,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from ampfleet.core.project_names import PROJECT_NAME_MAX_LENGTH
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -72,7 +74,7 @@ class Job(Base):
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    project: Mapped[str] = mapped_column(String(64), index=True)
+    project: Mapped[str] = mapped_column(String(PROJECT_NAME_MAX_LENGTH), index=True)
     name: Mapped[str | None] = mapped_column(String(128))
     recipe: Mapped[str] = mapped_column(String(64))
     spec: Mapped[dict[str, Any]] = mapped_column(comment="the job spec exactly as submitted")
@@ -119,7 +121,7 @@ class Project(Base):
 
     __tablename__ = "projects"
 
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(PROJECT_NAME_MAX_LENGTH), primary_key=True)
     weight: Mapped[float] = mapped_column(Float, default=1.0, comment="fair-share weight")
     max_slots: Mapped[int | None] = mapped_column(Integer, comment="concurrent GPUs/slots")
     max_queued_jobs: Mapped[int | None] = mapped_column(Integer)
@@ -143,7 +145,7 @@ class ApiKey(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     prefix: Mapped[str] = mapped_column(String(16), unique=True, comment="public lookup part")
     secret_hash: Mapped[str] = mapped_column(String(64))
-    project: Mapped[str] = mapped_column(String(64), index=True)
+    project: Mapped[str] = mapped_column(String(PROJECT_NAME_MAX_LENGTH), index=True)
     role: Mapped[str] = mapped_column(String(8), comment="admin | write | read")
     name: Mapped[str] = mapped_column(String(128), default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -277,7 +279,7 @@ class Webhook(Base):
     __tablename__ = "webhooks"
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    project: Mapped[str] = mapped_column(String(64), index=True)
+    project: Mapped[str] = mapped_column(String(PROJECT_NAME_MAX_LENGTH), index=True)
     url: Mapped[str] = mapped_column(Text)
     secret: Mapped[str] = mapped_column(String(128), comment="signs payloads; never shown again")
     previous_secret: Mapped[str | None] = mapped_column(
@@ -326,7 +328,7 @@ class Artifact(Base):
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
-    project: Mapped[str] = mapped_column(String(64))
+    project: Mapped[str] = mapped_column(String(PROJECT_NAME_MAX_LENGTH))
     kind: Mapped[str] = mapped_column(String(16), comment="checkpoint | model | output | profile")
     name: Mapped[str] = mapped_column(String(255), comment="unique per job")
     step: Mapped[int | None] = mapped_column(Integer)
@@ -382,7 +384,7 @@ class Bundle(Base):
     __table_args__ = (UniqueConstraint("project", "sha256", name="uq_bundles_project_sha256"),)
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    project: Mapped[str] = mapped_column(String(64))
+    project: Mapped[str] = mapped_column(String(PROJECT_NAME_MAX_LENGTH))
     sha256: Mapped[str] = mapped_column(String(64), index=True, comment="names the object")
     size: Mapped[int] = mapped_column(BigInteger, comment="bytes of the archive")
     format: Mapped[str] = mapped_column(String(8), comment="zip | tar.gz")
@@ -404,7 +406,7 @@ class Dataset(Base):
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    project: Mapped[str] = mapped_column(String(64))
+    project: Mapped[str] = mapped_column(String(PROJECT_NAME_MAX_LENGTH))
     name: Mapped[str] = mapped_column(String(64))
     version: Mapped[int] = mapped_column(Integer)
     sha256: Mapped[str] = mapped_column(String(64), index=True, comment="names the object")

@@ -2,7 +2,9 @@
 
 Only globally routable addresses are allowed, unless the operator allows private targets.
 `ipaddress`'s `is_global` is the base rule; on top of it, addresses that carry an IPv4 address
-inside an IPv6 one (IPv4-mapped, 6to4, Teredo, NAT64) are judged by the address they carry,
+inside an IPv6 one (IPv4-compatible `::a.b.c.d`, IPv4-mapped, IPv4-translated, 6to4, Teredo,
+NAT64) are judged by the address they carry, since a dual-stack host or a gateway delivers
+them to it (`ipaddress` calls `::127.0.0.1` global),
 and IPv6 site-local and multicast are refused although this Python calls some of them global.
 
 A name is resolved once, each address it resolves to is checked, and the request is then sent
@@ -23,6 +25,12 @@ Resolver = Callable[[str, int], Sequence[str]]
 """(host name, port) -> the addresses it resolves to, as text; raises OSError when it cannot."""
 
 _NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+# The last 32 bits are the IPv4 address: IPv4-compatible (RFC 4291, deprecated but still
+# routed to IPv4 by some stacks) and IPv4-translated (RFC 2765, SIIT).
+_LOW_32_BITS_IPV4 = (
+    (ipaddress.ip_network("::/96"), "the IPv4-compatible address"),
+    (ipaddress.ip_network("::ffff:0:0:0/96"), "the IPv4-translated address"),
+)
 _ALLOW_HINT = "set AMPFLEET_WEBHOOK_ALLOW_PRIVATE=true to allow such targets"
 
 
@@ -149,6 +157,8 @@ def private_reason(address: Address) -> str | None:
 
 def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[tuple[ipaddress.IPv4Address, str]]:
     carried = []
+    low = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    carried += [(low, kind) for network, kind in _LOW_32_BITS_IPV4 if address in network]
     if address.ipv4_mapped is not None:
         carried.append((address.ipv4_mapped, "the IPv4-mapped address"))
     if address.sixtofour is not None:
@@ -157,5 +167,5 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[tuple[ipaddress.IPv4A
         server, client = address.teredo
         carried += [(server, "the Teredo server"), (client, "the Teredo client")]
     if any(address in network for network in _NAT64):
-        carried.append((ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), "the NAT64 address"))
+        carried.append((low, "the NAT64 address"))
     return carried

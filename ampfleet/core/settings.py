@@ -70,6 +70,14 @@ class Settings(BaseSettings):
     max_requests_in_flight_per_key: int = Field(
         8, ge=1, description="Requests a key may have in flight on one API process; 429 past it."
     )
+    # Every per-key limit above is multiplied by the keys a project holds: a write key
+    # must not be able to mint them without end.
+    max_keys_per_project: int = Field(
+        50,
+        ge=1,
+        description="Active (unrevoked) API keys a project may hold; POST /v1/keys past it "
+        "gets 409 until one is revoked.",
+    )
     stream_key_recheck_s: float = Field(
         10.0, gt=0, description="How often a live stream re-checks its key; a revoked one ends."
     )
@@ -175,7 +183,8 @@ class Settings(BaseSettings):
         "",
         description="Options for pip when it installs a job's code.requirements, e.g. "
         "'--index-url https://pypi.internal/simple' or '--no-index --find-links /wheels'; "
-        "wheels only unless this says --no-binary or --prefer-binary.",
+        "always wheels only (--only-binary=:all: comes after these): nothing is built from "
+        "source on a node.",
     )
     max_dataset_bytes: int = Field(
         2 << 30, gt=0, description="Largest dataset upload (archive or file); larger get 413."

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -16,6 +15,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from ampfleet.core.project_names import ProjectName
+from ampfleet.core.requirements import MAX_REQUIREMENT_LENGTH, checked_requirement
 
 # Names and labels may end up in file names, log lines and URLs: keep them boring.
 SafeName = Annotated[
@@ -219,18 +221,10 @@ EntryPoint = Annotated[
 ]
 
 
-def _no_pip_option(requirement: str) -> str:
-    # A requirement, not a pip option: per-requirement options (`pkg --global-option=...`)
-    # would reach pip's command line.
-    if re.search(r"\s-", requirement):
-        raise ValueError("a requirement names a package; pip options are the operator's")
-    return requirement
-
-
 Requirement = Annotated[
     str,
-    StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][^\r\n]*$"),
-    AfterValidator(_no_pip_option),
+    StringConstraints(min_length=1, max_length=MAX_REQUIREMENT_LENGTH),
+    AfterValidator(checked_requirement),
 ]
 
 
@@ -245,8 +239,11 @@ class CodeSpec(_Strict):
     requirements: list[Requirement] = Field(
         default_factory=list,
         max_length=100,
-        description="pip requirement strings (`numpy>=2`, `einops==0.8.*`) installed once per "
-        "node and set into an environment over the worker's own (torch stays the worker's).",
+        description="Packages of the configured index, as a name, optional [extras] and an "
+        "optional version specifier (`numpy>=2`, `einops==0.8.*`); direct references (`@ URL`, "
+        "paths, VCS), pip options and environment markers are refused. Installed from wheels "
+        "only, once per node and set, into an environment over the worker's own (torch stays "
+        "the worker's).",
     )
 
 
@@ -254,7 +251,7 @@ class JobSpec(_Strict):
     """A training job as submitted over HTTP."""
 
     name: SafeName | None = None
-    project: SafeName = "default"
+    project: ProjectName = "default"
     # `code` before `recipe`: the check of `recipe` sees it.
     code: CodeSpec | None = Field(None, description="Or the user's own recipe, from a bundle.")
     recipe: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = Field(

@@ -9,9 +9,12 @@ never by a rank, into a hidden folder renamed into place when pip has finished, 
 interpreter and the worker's torch; ranks see it read-only, so one job cannot change what
 another job with the same requirements runs.
 
-pip runs inside the sandbox where there is one (only the new environment writable), and
-with `--only-binary=:all:` unless the operator says otherwise (AMPFLEET_PIP_ARGS): building
-a source distribution would run its setup code on the node.
+Each requirement is checked again here, by the rule the API applied at submit
+(core/requirements.py: names and versions only, no URL, path or pip option), before pip sees
+it. pip runs inside the sandbox where there is one (only the new environment writable, no GPU
+device bound), and always with `--only-binary=:all:`, after the operator's options
+(AMPFLEET_PIP_ARGS) so that none of them (`--no-binary`, `--no-build-isolation`) undoes it:
+building a source distribution would run its setup code on the node.
 """
 
 from __future__ import annotations
@@ -30,13 +33,15 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from ampfleet.core.requirements import requirement_problem
 from ampfleet.core.sandbox import sandboxed
 from ampfleet.core.settings import Settings
 
 WORKER_LAYER = "_ampfleet_worker.pth"
 PIP_TIMEOUT_S = 1800
 OUTPUT_EVERY_S = 1.0
-SAFE_DEFAULT = ("--only-binary=:all:",)
+# Last on pip's command line: of its format options, the last one given wins.
+WHEELS_ONLY = ("--only-binary=:all:",)
 
 
 class RequirementsError(RuntimeError):
@@ -45,7 +50,7 @@ class RequirementsError(RuntimeError):
 
 
 def pip_options(settings: Settings) -> list[str]:
-    return [*SAFE_DEFAULT, *shlex.split(settings.pip_args)]
+    return [*shlex.split(settings.pip_args), *WHEELS_ONLY]
 
 
 def env_dir(settings: Settings, requirements: Sequence[str]) -> Path:
@@ -76,7 +81,11 @@ def ensure_env(
     on_output: Callable[[list[str]], None] | None = None,
 ) -> Path:
     """The environment for `requirements` on this node, built if not there yet (pip's
-    output to `on_output` as it comes); raises RequirementsError with pip's output."""
+    output to `on_output` as it comes); raises RequirementsError with pip's output, or
+    naming a requirement that is not a name and version (pip never sees that set)."""
+    for requirement in requirements:
+        if (problem := requirement_problem(requirement)) is not None:
+            raise RequirementsError(f"code.requirements refused: {problem}")
     target = env_dir(settings, requirements)
     if env_python(target).exists():
         return target
@@ -121,36 +130,7 @@ def _pip_install(
     on_output: Callable[[list[str]], None] | None,
 ) -> None:
     """pip's output is handed to `on_output` as it comes (a batch at most every second)."""
-    constraints = scratch / "constraints.txt"
-    try:
-        constraints.write_text(f"torch=={version('torch')}\n")
-    except PackageNotFoundError:
-        constraints.write_text("")
-    requirements_file = scratch / "requirements.txt"
-    requirements_file.write_text("\n".join(requirements) + "\n")
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "--python",
-        str(env_python(env)),
-        "install",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--progress-bar=off",
-        *pip_options(settings),
-        "-c",
-        str(constraints),
-        "-r",
-        str(requirements_file),
-    ]
-    if settings.sandbox == "bubblewrap":
-        command = sandboxed(
-            command,
-            data_dir=settings.data_dir.resolve(),
-            writable=[scratch],
-            readable=_local_folders(pip_options(settings)),
-        )
+    command = pip_command(settings, env, requirements, scratch)
     environment = {"PATH": "/usr/bin:/bin", "PIP_NO_CACHE_DIR": "1", "HOME": str(scratch)}
     output: list[str] = []
     with subprocess.Popen(
@@ -178,6 +158,45 @@ def _pip_install(
     if pip.returncode != 0:
         said = [line for line in output if line.startswith("ERROR")] or output[-5:]
         raise RequirementsError("code.requirements did not install: " + " ".join(said)[-1000:])
+
+
+def pip_command(
+    settings: Settings, env: Path, requirements: Sequence[str], scratch: Path
+) -> list[str]:
+    """pip's command line for installing `requirements` into `env`, sandboxed where the
+    node sandboxes: its files (constraints, requirements) written into `scratch`."""
+    constraints = scratch / "constraints.txt"
+    try:
+        constraints.write_text(f"torch=={version('torch')}\n")
+    except PackageNotFoundError:
+        constraints.write_text("")
+    requirements_file = scratch / "requirements.txt"
+    requirements_file.write_text("\n".join(requirements) + "\n")
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        str(env_python(env)),
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--progress-bar=off",
+        "-c",
+        str(constraints),
+        "-r",
+        str(requirements_file),
+        *pip_options(settings),
+    ]
+    if settings.sandbox != "bubblewrap":
+        return command
+    return sandboxed(
+        command,
+        data_dir=settings.data_dir.resolve(),
+        writable=[scratch],
+        readable=_local_folders(pip_options(settings)),
+        devices=[],  # pip and a wheel's install need no GPU
+    )
 
 
 def _local_folders(options: list[str]) -> list[Path]:

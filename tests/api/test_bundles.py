@@ -110,6 +110,12 @@ HOSTILE = {
             special_entry("here/up", tarfile.SYMTYPE, ".."),
         ]
     ),
+    "chain out": tar_gz_of(
+        [
+            special_entry("p/d", tarfile.SYMTYPE, "."),
+            special_entry("p/e", tarfile.SYMTYPE, "d/../.."),
+        ]
+    ),
     "hard link out": tar_gz_of([special_entry("h", tarfile.LNKTYPE, "/etc/passwd")]),
     "device": tar_gz_of([special_entry("dev/null", tarfile.CHRTYPE)]),
     "fifo": tar_gz_of([special_entry("pipe", tarfile.FIFOTYPE)]),

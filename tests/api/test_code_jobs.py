@@ -151,3 +151,31 @@ def test_a_bundle_in_use_by_an_unfinished_job_is_not_deleted(
         assert job["id"] in refused.json()["error"]["message"]
         assert writer.post(f"/v1/jobs/{job['id']}/cancel").status_code in (200, 202)
         assert writer.delete(f"/v1/bundles/{bundle['id']}").status_code == 204
+
+
+@pytest.mark.parametrize(
+    "requirement",
+    [
+        "pkg @ file:///srv/pkg-0.2.tar.gz",
+        "pkg @ https://example.com/pkg-0.2.tar.gz",
+        "git+https://example.com/pkg.git",
+        "pkg-0.2.tar.gz",
+        "-e .",
+        "--index-url=https://example.com/simple",
+        'numpy; python_version > "3"',
+    ],
+)
+def test_requirements_other_than_names_and_versions_are_422_naming_them(
+    unconfined: None, app: FastAPI, make_key: KeyFactory, requirement: str
+) -> None:
+    with keyed(app, make_key("alpha", "write")) as writer:
+        bundle = uploaded(writer, {"my_pkg/recipe.py": b"x = 1"})
+        spec = code_spec(bundle["id"])
+        spec["code"]["requirements"] = ["numpy>=2", requirement]
+        response = writer.post("/v1/jobs", json=spec)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["code"] == "validation_error"
+        assert error["details"][0]["field"] == "code.requirements.1", error
+        assert repr(requirement) in error["message"]
+        assert writer.get("/v1/jobs").json()["items"] == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import ssl
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -93,6 +94,18 @@ def test_private_targets_are_refused_by_default(client: TestClient) -> None:
     assert "loopback or private" in detail["message"]
     for url in ("file:///etc/passwd", "http://user:pw@example.com/", "gopher://x/"):
         assert client.post("/v1/webhooks", json={"url": url}).status_code == 422
+
+
+@pytest.mark.parametrize(
+    "host", ["[::127.0.0.1]", "[::ffff:127.0.0.1]", "[::ffff:0:7f00:1]", "[64:ff9b::a00:1]"]
+)
+def test_ipv6_forms_of_a_loopback_or_private_ipv4_address_are_refused(
+    client: TestClient, host: str
+) -> None:
+    response = client.post("/v1/webhooks", json={"url": f"http://{host}:9/hook"})
+    assert response.status_code == 422, response.text
+    assert "loopback or private" in response.json()["error"]["details"][0]["message"]
+    assert client.get("/v1/webhooks").json()["items"] == []
 
 
 def test_state_changes_and_thresholds_are_delivered_signed(
@@ -343,3 +356,35 @@ def test_a_secret_made_before_the_standard_verifies_and_keeps_its_old_headers(
     )
     timestamp = int(headers["X-Ampfleet-Timestamp"])
     assert headers["X-Ampfleet-Signature"] == legacy_signature(legacy, timestamp, body)
+
+
+RACE_TRIALS = 30
+
+
+def test_rotating_a_secret_while_the_webhook_is_deleted_is_404_or_done_never_500(
+    client: TestClient,
+) -> None:
+    """Each trial starts a rotate-secret and a DELETE of one webhook together: the rotation
+    either happened before the delete (200) or finds no webhook (404); the delete wins."""
+    answers: Counter[tuple[str, int]] = Counter()
+    for _ in range(RACE_TRIALS):
+        created = client.post("/v1/webhooks", json={"url": "https://1.1.1.1/hook"})
+        assert created.status_code == 201, created.text
+        path = f"/v1/webhooks/{created.json()['id']}"
+        start = threading.Barrier(2, timeout=30)
+
+        def call(method: str, url: str, start: threading.Barrier = start) -> None:
+            start.wait()
+            answers[(method, client.request(method, url).status_code)] += 1
+
+        racers = [
+            threading.Thread(target=call, args=("POST", f"{path}/rotate-secret")),
+            threading.Thread(target=call, args=("DELETE", path)),
+        ]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join(timeout=60)
+        assert client.get(path).status_code == 404
+    assert set(answers) <= {("POST", 200), ("POST", 404), ("DELETE", 204)}, answers
+    assert answers[("DELETE", 204)] == RACE_TRIALS

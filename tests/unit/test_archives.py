@@ -77,3 +77,60 @@ def test_hostile_archives_write_nothing(tmp_path: Path, body: bytes) -> None:
         unpack_archive(written(tmp_path, body), dest, LIMITS)
     assert not dest.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.archive"]
+
+
+def links(*pairs: tuple[str, str]) -> list[tuple[tarfile.TarInfo, bytes]]:
+    return [special_entry(name, tarfile.SYMTYPE, target) for name, target in pairs]
+
+
+CHAINS_OUT = {
+    # Each link reads as inside the tree; followed as the kernel follows them, one leaves it.
+    "the issue's chain": links(("p/d", "."), ("p/e", "d/../..")),
+    "listed in the other order": links(("p/e", "d/../.."), ("p/d", ".")),
+    "up through a link to the top": links(("x/up", ".."), ("y", "x/up/..")),
+    "two links deep": links(("a/b/c", "../.."), ("a/l", "b/c"), ("m", "a/l/../..")),
+    "a loop": links(("a", "b"), ("b", "a")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CHAINS_OUT))
+def test_a_link_that_leaves_the_tree_through_other_links_is_refused(
+    tmp_path: Path, case: str
+) -> None:
+    dest = tmp_path / "out"
+    with pytest.raises(ArchiveRefusedError, match=r"outside the tree|too many links"):
+        unpack_archive(written(tmp_path, tar_gz_of(CHAINS_OUT[case])), dest, LIMITS)
+    assert not dest.exists()
+
+
+def test_the_issue_s_chain_is_refused_in_a_zip_too(tmp_path: Path) -> None:
+    body = zip_of({"p/model.py": b""}, {"p/d": ".", "p/e": "d/../.."})
+    with pytest.raises(ArchiveRefusedError, match=r"link 'p/e' points outside the tree"):
+        unpack_archive(written(tmp_path, body), tmp_path / "out", LIMITS)
+
+
+def test_links_through_links_that_stay_inside_are_kept(tmp_path: Path) -> None:
+    body = tar_gz_of(
+        [
+            file_entry("p/model.py", b"MODEL = 1\n"),
+            *links(("p/d", "."), ("p/alias.py", "d/model.py"), ("top", "p/d/..")),
+        ]
+    )
+    dest = tmp_path / "out"
+    unpack_archive(written(tmp_path, body), dest, LIMITS)
+    assert (dest / "p/alias.py").read_bytes() == b"MODEL = 1\n"
+    assert (dest / "top").resolve() == dest.resolve()
+
+
+def test_an_entry_behind_a_link_listed_after_it_is_refused(tmp_path: Path) -> None:
+    body = tar_gz_of([file_entry("l/x.py", b"x"), *links(("l", "sub"))])
+    with pytest.raises(ArchiveRefusedError, match=r"'l/x\.py' lies behind a link"):
+        unpack_archive(written(tmp_path, body), tmp_path / "out", LIMITS)
+
+
+def test_resolving_the_links_of_one_archive_is_bounded_work(tmp_path: Path) -> None:
+    deep = "/".join(["a"] * 1000)
+    body = tar_gz_of(links(*((f"l{i}", deep) for i in range(200))))
+    limits = ArchiveLimits(max_files=1000, max_unpacked_bytes=1 << 20)
+    with pytest.raises(ArchiveRefusedError, match="links take too long to resolve"):
+        unpack_archive(written(tmp_path, body), tmp_path / "out", limits)

@@ -42,6 +42,13 @@ def resolving_to(*answers: str):
         "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo (client 192.0.2.45)
         "64:ff9b::a00:1",  # NAT64 carrying 10.0.0.1
         "64:ff9b::7f00:1",  # NAT64 carrying 127.0.0.1
+        "::127.0.0.1",  # IPv4-compatible loopback (::/96), which this Python calls global
+        "::7f00:2",  # the same form, written in hex
+        "::10.0.0.1",
+        "::169.254.169.254",
+        "::ffff:0:127.0.0.1",  # IPv4-translated (SIIT) loopback
+        "::ffff:0:a00:1",
+        "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo, client 127.0.0.1
     ],
 )
 def test_non_global_addresses_are_refused(address: str) -> None:
@@ -55,7 +62,15 @@ def test_non_global_addresses_are_refused(address: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "address", ["8.8.8.8", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8", "2002:808:808::1"]
+    "address",
+    [
+        "8.8.8.8",
+        "1.1.1.1",
+        "2606:4700::1111",
+        "::ffff:8.8.8.8",
+        "2002:808:808::1",
+        "::8.8.8.8",  # IPv4-compatible, carrying a global address
+    ],
 )
 def test_global_addresses_pass(address: str) -> None:
     assert (

@@ -18,7 +18,7 @@ from ampfleet.api.bundles import service
 from ampfleet.api.bundles.schemas import BundleDetail, BundleList
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import responses
-from ampfleet.core.spec import SafeName
+from ampfleet.core.project_names import ProjectName
 
 router = APIRouter(prefix="/v1/bundles", tags=["bundles"])
 
@@ -42,7 +42,7 @@ async def upload(
     response: Response,
     session: SessionDep,
     principal: CurrentPrincipal,
-    project: Annotated[SafeName | None, Query(description="Default: the key's.")] = None,
+    project: Annotated[ProjectName | None, Query(description="Default: the key's.")] = None,
 ) -> BundleDetail:
     target = project or principal.project
     await run_in_threadpool(service.check_may_upload, session, principal, target)
@@ -64,7 +64,7 @@ async def upload(
 def list_bundles(
     session: SessionDep,
     principal: CurrentPrincipal,
-    project: Annotated[SafeName | None, Query()] = None,
+    project: Annotated[ProjectName | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> BundleList:
     return service.list_bundles(session, principal, project, limit)

@@ -18,7 +18,8 @@ from ampfleet.api.datasets import service
 from ampfleet.api.datasets.schemas import DatasetDetail, DatasetList
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import responses
-from ampfleet.core.spec import DatasetName, SafeName
+from ampfleet.core.project_names import ProjectName
+from ampfleet.core.spec import DatasetName
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
@@ -52,7 +53,7 @@ async def upload(
     filename: Annotated[
         FileName | None, Query(description="The body is this one file, not an archive.")
     ] = None,
-    project: Annotated[SafeName | None, Query(description="Default: the key's.")] = None,
+    project: Annotated[ProjectName | None, Query(description="Default: the key's.")] = None,
 ) -> DatasetDetail:
     target = project or principal.project
     principal.check_can_write(target)
@@ -76,7 +77,7 @@ async def upload(
 def list_datasets(
     session: SessionDep,
     principal: CurrentPrincipal,
-    project: Annotated[SafeName | None, Query()] = None,
+    project: Annotated[ProjectName | None, Query()] = None,
     name: Annotated[DatasetName | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> DatasetList:

@@ -17,8 +17,10 @@ router = APIRouter(prefix="/v1/keys", tags=["keys"])
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=CreatedKey,
-    responses=responses(401, 403, 422),
+    responses=responses(401, 403, 409, 422),
     summary="Create a key (admin: any project and role; write keys: their own project)",
+    description="A project holds at most AMPFLEET_MAX_KEYS_PER_PROJECT active keys (50); "
+    "past it the answer is 409 until one is revoked.",
 )
 def create(body: KeyIn, session: SessionDep, principal: CurrentPrincipal) -> CreatedKey:
     return service.create(session, body, principal)

@@ -6,14 +6,14 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ampfleet.core.project_names import ProjectName
 from ampfleet.core.roles import Role
-from ampfleet.core.spec import SafeName
 
 
 class KeyIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    project: SafeName | None = Field(None, description="Defaults to the caller's project.")
+    project: ProjectName | None = Field(None, description="Defaults to the caller's project.")
     role: Role = Role.WRITE
     name: str = Field("", max_length=128)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import ForbiddenError, Principal, ProjectScope
-from ampfleet.api.errors import NotFoundError
+from ampfleet.api.errors import ConflictError, NotFoundError
 from ampfleet.api.keys import repository
 from ampfleet.api.keys.schemas import CreatedKey, KeyIn, KeyList, KeyOut
 from ampfleet.core.keys import create_key
@@ -20,17 +20,26 @@ def to_out(row: ApiKey) -> KeyOut:
 
 
 def create(session: Session, body: KeyIn, principal: Principal) -> CreatedKey:
-    """Admin: any project and role; a write key: keys of its own project, not admin ones."""
+    """Admin: any project and role; a write key: keys of its own project, not admin ones;
+    either only while the project holds fewer active keys than its cap (409 past it)."""
     project = body.project or principal.project
     principal.check_can_write(project)
     if body.role is Role.ADMIN and not principal.is_admin:
         raise ForbiddenError("only an admin key can create admin keys")
+    settings = get_settings()
+    repository.lock_project_keys(session, project)
+    active = repository.count_active(session, project)
+    if active >= settings.max_keys_per_project:
+        raise ConflictError(
+            f"project {project} has {active} active keys, the most it may hold "
+            f"(AMPFLEET_MAX_KEYS_PER_PROJECT={settings.max_keys_per_project}); revoke one first"
+        )
     row, key = create_key(
         session,
         project=project,
         role=body.role,
         name=body.name,
-        pepper=get_settings().secret_key,
+        pepper=settings.secret_key,
     )
     return CreatedKey(**to_out(row).model_dump(), key=key)
 

@@ -13,9 +13,10 @@ from ampfleet.api.projects import service
 from ampfleet.api.projects.schemas import ProjectList, ProjectOut, ProjectPolicyIn
 from ampfleet.core.db import after_commit
 from ampfleet.core.messaging import wake_scheduler
+from ampfleet.core.project_names import ProjectName
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
-ProjectName = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)]
+ProjectPath = Annotated[ProjectName, Path()]
 
 
 @router.get(
@@ -33,7 +34,7 @@ def list_projects(
 
 
 @router.get("/{name}", response_model=ProjectOut, responses=responses(401, 404, 422))
-def get_project(name: ProjectName, session: SessionDep, principal: CurrentPrincipal) -> ProjectOut:
+def get_project(name: ProjectPath, session: SessionDep, principal: CurrentPrincipal) -> ProjectOut:
     return service.get(session, name, principal)
 
 
@@ -44,7 +45,7 @@ def get_project(name: ProjectName, session: SessionDep, principal: CurrentPrinci
     summary="Set a project's fair-share weight and quotas (admin)",
 )
 def put_project(
-    name: ProjectName, policy: ProjectPolicyIn, session: SessionDep, _admin: AdminPrincipal
+    name: ProjectPath, policy: ProjectPolicyIn, session: SessionDep, _admin: AdminPrincipal
 ) -> ProjectOut:
     out = service.set_policy(session, name, policy)
     after_commit(session, wake_scheduler)  # a new quota or weight may let a job start

@@ -9,8 +9,12 @@ from ampfleet.api.auth import ProjectScope
 from ampfleet.core.models import Webhook, WebhookDelivery
 
 
-def get(session: Session, webhook_id: str) -> Webhook | None:
-    return session.get(Webhook, webhook_id)
+def get(session: Session, webhook_id: str, *, for_update: bool = False) -> Webhook | None:
+    """`for_update`: the row locked until the transaction ends (PostgreSQL; SQLite's writers
+    are serialised already), so a change to it cannot meet a concurrent delete half way."""
+    return session.get(
+        Webhook, webhook_id, with_for_update=for_update, populate_existing=for_update
+    )
 
 
 def listing(session: Session, scope: ProjectScope) -> list[Webhook]:

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ampfleet.core.spec import SafeName
+from ampfleet.core.project_names import ProjectName
 from ampfleet.core.states import JobState
 
 
@@ -29,7 +29,7 @@ class WebhookIn(BaseModel):
     url: str = Field(
         min_length=1, max_length=2000, description="http(s) endpoint that receives POSTs."
     )
-    project: SafeName | None = Field(None, description="Defaults to the caller's project.")
+    project: ProjectName | None = Field(None, description="Defaults to the caller's project.")
     states: list[JobState | Literal["*"]] = Field(
         default_factory=_final_states,
         max_length=20,

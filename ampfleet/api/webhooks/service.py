@@ -35,8 +35,12 @@ def to_out(webhook: Webhook) -> WebhookOut:
     return WebhookOut.model_validate(webhook, from_attributes=True)
 
 
-def get(session: Session, webhook_id: str, principal: Principal) -> Webhook:
-    webhook = repository.get(session, webhook_id)
+def get(
+    session: Session, webhook_id: str, principal: Principal, *, for_update: bool = False
+) -> Webhook:
+    """`for_update` for a change: one racing a DELETE either finds the webhook gone (404) or
+    makes the DELETE wait for it, never updating a row that was deleted under it (a 500)."""
+    webhook = repository.get(session, webhook_id, for_update=for_update)
     if webhook is None:
         raise NotFoundError(f"webhook {webhook_id} not found")
     principal.check_visible(webhook.project, f"webhook {webhook_id}")
@@ -67,7 +71,7 @@ def create(session: Session, body: WebhookIn, principal: Principal) -> CreatedWe
 
 
 def rotate_secret(session: Session, webhook_id: str, principal: Principal) -> RotatedSecret:
-    webhook = get(session, webhook_id, principal)
+    webhook = get(session, webhook_id, principal, for_update=True)
     principal.check_can_write(webhook.project)
     settings = get_settings()
     secret = new_secret()
@@ -85,7 +89,7 @@ def listing(session: Session, scope: ProjectScope) -> WebhookList:
 
 def delete(session: Session, webhook_id: str, principal: Principal) -> None:
     """Its pending deliveries go with it."""
-    webhook = get(session, webhook_id, principal)
+    webhook = get(session, webhook_id, principal, for_update=True)
     principal.check_can_write(webhook.project)
     session.delete(webhook)
     session.flush()
