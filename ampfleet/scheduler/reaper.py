@@ -1,6 +1,8 @@
 """Attempts that can no longer finish: their node stopped heartbeating, or a node never
 claimed its share of them. Each is requeued (or failed, past its restarts) through the
-lifecycle.
+lifecycle. And attempts that have stopped: asked to stop, with no node holding a claimed
+share of them any more (core/allocations.py), they end as whoever released the last share
+would have ended them.
 
 A dead node's claimed allocations are not released here (core/allocations.py): nothing
 proves its ranks have exited, and a dead node is not placed on anyway. Its next worker
@@ -14,6 +16,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ampfleet.core.allocations import end_if_stopped, stopped_attempts
 from ampfleet.core.lifecycle import requeue_or_fail
 from ampfleet.core.models import Allocation, Job, Node
 from ampfleet.core.settings import Settings
@@ -67,5 +70,8 @@ def reap(session: Session, settings: Settings, now: datetime) -> int:
             reason="start_timeout",
             message=f"no node started it within {settings.start_timeout_s:.0f}s",
         ):
+            reaped += 1
+    for job_id, attempt in stopped_attempts(session):
+        if end_if_stopped(session, job_id, attempt):
             reaped += 1
     return reaped
