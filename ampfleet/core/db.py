@@ -9,6 +9,7 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session, sessionmaker
 
 from ampfleet.core.settings import get_settings
@@ -81,6 +82,14 @@ def get_read_sessionmaker() -> sessionmaker[Session]:
     if not url.startswith("sqlite"):
         return get_sessionmaker()
     return sessionmaker(make_engine(url, read_only=True), expire_on_commit=False)
+
+
+def is_unavailable(error: BaseException) -> bool:
+    """The database could not be reached (the server, or the connection to it): an error a
+    later try may not meet, unlike a bug or bad data."""
+    if isinstance(error, sa_exc.OperationalError | sa_exc.TimeoutError | sa_exc.DisconnectionError):
+        return True
+    return isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated
 
 
 def is_postgres(session: Session) -> bool:

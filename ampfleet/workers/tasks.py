@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 
 from celery import Task
-from sqlalchemy import exc as sa_exc
 
+from ampfleet.core.db import is_unavailable
 from ampfleet.core.messaging import START_ATTEMPT, get_celery
 from ampfleet.workers.agent import NodeAgent
 
@@ -28,13 +28,6 @@ START_RETRY_MAX_DELAY_S = 30.0
 def bind_agent(agent: NodeAgent) -> None:
     global _agent  # noqa: PLW0603 - one agent per worker process, set once at start
     _agent = agent
-
-
-def is_transient(error: BaseException) -> bool:
-    """A database error that a later try may not meet: the server or the connection."""
-    if isinstance(error, sa_exc.OperationalError | sa_exc.TimeoutError | sa_exc.DisconnectionError):
-        return True
-    return isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated
 
 
 def retry_delay_s(retries: int) -> float:
@@ -56,7 +49,7 @@ def start_attempt(self: Task, job_id: str, attempt: int, node_rank: int) -> None
     try:
         _agent.handle_start(job_id, attempt, node_rank)
     except Exception as error:
-        if not is_transient(error):
+        if not is_unavailable(error):
             raise
         retries = self.request.retries
         log.warning(
