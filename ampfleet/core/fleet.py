@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from ampfleet.core.models import Node
@@ -150,9 +150,25 @@ def heartbeat_age_s(last_heartbeat_at: datetime, now: datetime) -> float:
 
 
 def is_alive(last_heartbeat_at: datetime, now: datetime, timeout_s: float) -> bool:
-    """The one liveness rule: a node is alive while its last heartbeat is at most the node
-    timeout old. The reaper declares dead exactly the nodes this calls not alive."""
+    """A node is alive while its last heartbeat is at most the node timeout old: what
+    placement places on, and what the nodes listing and `ampfleet_node_up` say."""
     return heartbeat_age_s(last_heartbeat_at, now) <= timeout_s
+
+
+def silent_before(
+    now: datetime, timeout_s: float, watched_since: datetime | None
+) -> datetime | None:
+    """The other half of the liveness rule, the one that restarts work: a node is lost
+    (its attempts go elsewhere) when its last heartbeat is older than this; likewise a start
+    nobody claimed since before it (with the start timeout). Silence counts only while the
+    judge could see it: `watched_since` is when the scheduler last regained the database
+    after failing to reach it (None: it never lost it). During its own outage the nodes
+    could not write their heartbeats either, so after one every node gets a whole timeout
+    from then. None: nothing can have been silent that long yet."""
+    cutoff = now - timedelta(seconds=timeout_s)
+    if watched_since is not None and watched_since > cutoff:
+        return None
+    return cutoff
 
 
 def node_view(

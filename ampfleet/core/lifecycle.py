@@ -20,8 +20,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from ampfleet.core import profiles, webhooks
-from ampfleet.core.allocations import release_unclaimed
-from ampfleet.core.models import Job, JobEvent, utcnow
+from ampfleet.core.models import Allocation, Job, JobEvent, utcnow
 from ampfleet.core.states import ACTIVE_STATES, ALLOWED_TRANSITIONS, SLOT_HOLDING_STATES, JobState
 
 
@@ -148,11 +147,25 @@ def transition(
     if row.state == JobState.RUNNING:
         profiles.left_running(session, job_id, to)
     if to not in SLOT_HOLDING_STATES:
-        # Only rows no node has claimed: a claimed row is released by its node once its
-        # ranks have exited (core/allocations.py).
-        release_unclaimed(session, job_id)
+        _release_unclaimed(session, job_id)
     session.flush()
     return True
+
+
+def _release_unclaimed(session: Session, job_id: str) -> None:
+    """The attempt is over or requeued: free what no node has claimed, which also fences
+    off a late start message. A claimed row is released by its node once its ranks have
+    exited (core/allocations.py)."""
+    session.execute(
+        update(Allocation)
+        .where(
+            Allocation.job_id == job_id,
+            Allocation.released_at.is_(None),
+            Allocation.launched_at.is_(None),
+        )
+        .values(released_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
 
 
 def record_event(session: Session, job: Job, reason: str, message: str) -> None:

@@ -98,7 +98,12 @@ class Settings(BaseSettings):
     )
     node_labels: dict[str, str] = Field(default_factory=dict)
     heartbeat_interval_s: float = Field(2.0, gt=0)
-    node_timeout_s: float = Field(30.0, gt=0, description="A node silent this long is dead.")
+    node_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="A node silent this long is dead, counted while the scheduler can reach "
+        "the database (after an outage, from its end).",
+    )
 
     fair_share_window_s: float = Field(
         3600.0, gt=0, description="GPU-seconds used within it decide fair-share order."

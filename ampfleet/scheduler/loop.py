@@ -6,12 +6,17 @@ the `scheduler` queue) and at least every `scheduler_poll_s`. A pass reads the w
 allocations and the start messages in one transaction (apply.py); the messages are sent
 only after that commits. Several schedulers may run: a PostgreSQL advisory lock lets one
 pass run at a time, so a standby takes over as soon as the active one stops.
+
+A scheduler that could not reach the database knows the nodes could not write their
+heartbeats either: from the pass that reaches it again, every node has a whole node timeout
+to be heard from before the reaper calls it lost (core/fleet.py, `silent_before`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from datetime import datetime
 
 from kombu.connection import Connection
 from kombu.entity import Exchange, Queue
@@ -19,7 +24,7 @@ from kombu.message import Message
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from ampfleet.core.db import is_postgres, session_scope
+from ampfleet.core.db import database_unavailable, is_postgres, session_scope
 from ampfleet.core.messaging import get_celery, relay_outbox
 from ampfleet.core.models import utcnow
 from ampfleet.core.settings import SCHEDULER_QUEUE, Settings, get_settings
@@ -35,6 +40,9 @@ class Scheduler:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
         self._stop = threading.Event()
+        self._database_lost = False
+        self.watched_since: datetime | None = None
+        """When a pass last reached the database after one could not; None: none failed."""
 
     def stop(self) -> None:
         self._stop.set()
@@ -44,10 +52,14 @@ class Scheduler:
     def run_pass(self) -> int:
         """Reap lost attempts, place what fits, explain what waits; then send messages."""
         with session_scope() as session:
-            if not self._take_lock(session):
-                return 0  # another scheduler is in its pass; it will do this work
+            took_lock = self._take_lock(session)
             now = utcnow()
-            reap(session, self.settings, now)
+            if self._database_lost:
+                session.connection()  # reached again (on SQLite, nothing has asked yet)
+                self.watched_since, self._database_lost = now, False
+            if not took_lock:
+                return 0  # another scheduler is in its pass; it will do this work
+            reap(session, self.settings, now, self.watched_since)
             world = snapshot.load(session, self.settings, now)
             decision = world.decide()
             placed = apply(session, world, decision)
@@ -96,7 +108,9 @@ class Scheduler:
             placed = self.run_pass()
             if placed:
                 log.info("placed %d job(s)", placed)
-        except Exception:
+        except Exception as error:
+            if database_unavailable(error):
+                self._database_lost = True
             log.exception("scheduling pass failed; retrying on the next pass")
 
 

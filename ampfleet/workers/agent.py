@@ -208,29 +208,9 @@ class NodeAgent:
             )
 
     def _still_wanted(self, session: Session, job: Job) -> bool:
-        """Move the job to STARTING, unless a cancel or a preemption got there first."""
-        if job.state == JobState.CANCELLING:
-            transition(
-                session,
-                job.id,
-                JobState.CANCELLED,
-                from_states={JobState.CANCELLING},
-                attempt=job.attempt,
-                reason="cancelled",
-                message="cancelled before it started",
-            )
-            return False
-        if job.state == JobState.PREEMPTED:
-            transition(
-                session,
-                job.id,
-                JobState.QUEUED,
-                from_states={JobState.PREEMPTED},
-                attempt=job.attempt,
-                reason="requeued_after_preemption",
-                message="preempted before it started; back in the queue",
-            )
-            return False
+        """Move the job to STARTING, unless a cancel or a preemption got there first; then
+        releasing this node's share (core/allocations.py) ends the job once no node holds
+        any, whichever way the cancel and this claim interleaved."""
         transition(
             session,
             job.id,

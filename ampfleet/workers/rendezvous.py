@@ -22,7 +22,7 @@ from ampfleet.core.allocations import release_node_share
 from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import requeue_or_fail
 from ampfleet.core.models import Allocation, Job
-from ampfleet.core.states import SLOT_HOLDING_STATES, JobState
+from ampfleet.core.states import ACTIVE_STATES, JobState
 from ampfleet.workers.supervisor import LaunchRequest
 
 log = logging.getLogger(__name__)
@@ -100,9 +100,10 @@ class RendezvousWaiter:
                 if (
                     row is None
                     or row.current_attempt != request.attempt
-                    or JobState(row.state) not in SLOT_HOLDING_STATES
+                    or JobState(row.state) not in ACTIVE_STATES
                 ):
-                    # The attempt is over: nothing was launched here.
+                    # The attempt is over, or being stopped: nothing was launched here,
+                    # and nothing need be.
                     release_node_share(session, *key, request.node_rank)
                 elif row.rendezvous:
                     launch.append(replace(request, rendezvous=row.rendezvous))

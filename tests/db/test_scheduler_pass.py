@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import requeue_or_fail
@@ -109,6 +109,10 @@ def test_higher_priority_preempts_lower(client: TestClient) -> None:
     add_node("gpu-1", 8)
     low = submit(client, resources={"procs": 8}, priority="low")
     assert Scheduler().run_pass() == 1
+    with session_scope() as session:  # its node claimed it: its ranks run until they exit
+        session.execute(
+            update(Allocation).where(Allocation.job_id == low["id"]).values(launched_at=utcnow())
+        )
     high = submit(client, resources={"procs": 8}, priority="high")
     assert Scheduler().run_pass() == 0
     assert job_row(low["id"]).state == "PREEMPTED"

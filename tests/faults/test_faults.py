@@ -128,6 +128,33 @@ def test_postgres_restart_answers_503_then_recovers(make_fleet) -> None:
         reported.assert_complete()
 
 
+def test_a_postgres_outage_longer_than_the_node_timeout_restarts_no_job(make_fleet) -> None:
+    """Nodes cannot heartbeat while the database is down; the scheduler cannot read either,
+    and gives every node a whole node timeout from the database's return (heartbeats every
+    3 s, so the scheduler's 1 s passes see the stale heartbeats first): the job runs on."""
+    with private_postgres() as postgres:
+        fleet = make_fleet(
+            database_url=postgres.url,
+            extra_env={"AMPFLEET_HEARTBEAT_INTERVAL_S": "3", "AMPFLEET_NODE_TIMEOUT_S": "9"},
+        )
+        job = fleet.submit(
+            job_spec(stop={"max_steps": 3000}, checkpoint={"every_steps": 200}, log_every_steps=10)
+        )
+        fleet.wait_for_state(job["id"], {"RUNNING"})
+        postgres.stop()
+        stopped_at = time.monotonic()
+        # Nearly three node timeouts without a heartbeat.
+        time.sleep(max(0.0, 25 - (time.monotonic() - stopped_at)))
+        postgres.start()
+        done = fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=300)
+        history = transitions(fleet, job["id"])
+        assert done["attempt"] == 1, history
+        assert not any(reason == "node_lost" for _, _, reason in history), history
+        reported = count_reported(postgres.url, [job["id"]])
+        print(f"\nPostgreSQL down 25 s, node timeout 9 s: {reported.summary()}; {fleet.tally()}")
+        reported.assert_complete()
+
+
 def test_committed_messages_go_out_after_a_crash_before_sending(make_fleet) -> None:
     fleet = make_fleet()
     fleet.kill("scheduler", signal.SIGKILL)

@@ -58,6 +58,7 @@ def train_recipe(
     precision: str,
     requested_precision: str | None = None,
     allreduce_dtype: str = "fp32",
+    requested_allreduce_dtype: str | None = None,
     max_steps: int | None = 30,
     runtime_s: float | None = None,
     checkpoint_every: int = 0,
@@ -75,13 +76,15 @@ def train_recipe(
     in_run_dir: bool = False,
     slow_rank: tuple[int, float] | None = None,
     monitoring: dict[str, Any] | None = None,
+    attempt: int = 1,
 ) -> dict[str, Any]:
     """One rank's run; rank 0's records land in out_dir/events.jsonl. `runtime_s` with
-    `max_steps=None`: a runtime-only job, training that long from here. `parallelism`: the
-    spec's other options beside the strategy (activation checkpointing, compile).
-    `profiles`: out_dir is also the run folder profile requests arrive in; `in_run_dir`: out_dir
-    is the run folder (the ranks beat there). `slow_rank`: (rank, seconds) added to each of
-    that rank's forward passes. `monitoring`: LoopConfig's straggler fields."""
+        `max_steps=None`: a runtime-only job, training that long from here. `parallelism`: the
+        spec's other options beside the strategy (activation checkpointing, compile).
+        `profiles`: out_dir is also the run folder profile requests arrive in; `in_run_dir`: out_dir
+        is the run folder (the ranks beat there). `slow_rank`: (rank, seconds) added to each of
+        that rank's forward passes. `monitoring`: LoopConfig's straggler fields. `attempt`: the
+    job's attempt the run stands for."""
     torch.manual_seed(seed)
     definition = get_recipe(recipe)
     task = definition.build(
@@ -99,7 +102,7 @@ def train_recipe(
         max_steps=max_steps,
         epochs=None,
         requested_precision=requested_precision or precision,
-        requested_allreduce_dtype=allreduce_dtype,
+        requested_allreduce_dtype=requested_allreduce_dtype or allreduce_dtype,
         precision=precision,
         allreduce_dtype=allreduce_dtype,
         backend="gloo",
@@ -116,6 +119,7 @@ def train_recipe(
         parallel=ParallelConfig(strategy=strategy, **(parallelism or {})),
         train_until=None if runtime_s is None else time.monotonic() + runtime_s,
         run_dir=Path(out_dir) if profiles or in_run_dir else None,
+        attempt=attempt,
         # Unless a test watches for stragglers, none is named: two ranks sharing a loaded
         # machine's cores drift apart in speed, and the events would vary from run to run.
         **(monitoring or {"straggler_factor": NEVER_A_STRAGGLER}),

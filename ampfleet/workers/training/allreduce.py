@@ -176,12 +176,20 @@ AUTO_REPEATS = 3
 
 @dataclass(frozen=True)
 class AutoChoice:
-    """What `allreduce_dtype: auto` measured on the job's own process group, and took."""
+    """What `allreduce_dtype: auto` measured on the job's own process group, and took. It
+    goes into the job's checkpoints: an attempt that resumes one on the same world keeps
+    it rather than measure again and drift on timing noise."""
 
     half: str
     bucket_mib: float
     fp32_s: float
     half_s: float
+    world_size: int
+    backend: str
+
+    def applies_to(self, world_size: int, backend: str) -> bool:
+        """Measured on a world like this one: another size or transport is another wire."""
+        return (self.world_size, self.backend) == (world_size, backend)
 
     @property
     def dtype(self) -> str:
@@ -231,4 +239,11 @@ def measure_auto(state: AllReduceState, half: str, numel: int, device: torch.dev
                 times[name].append(time.perf_counter() - started)
     medians = torch.tensor([sorted(times[n])[len(times[n]) // 2] for n in ("fp32", "half")])
     dist.all_reduce(medians, op=dist.ReduceOp.MAX)
-    return AutoChoice(half, numel * 4 / 2**20, float(medians[0]), float(medians[1]))
+    return AutoChoice(
+        half,
+        numel * 4 / 2**20,
+        float(medians[0]),
+        float(medians[1]),
+        dist.get_world_size(),
+        state.backend,
+    )

@@ -3,9 +3,10 @@ training goes on, atomic at the checkpoint level.
 
 One checkpoint is one folder, `ckpt-<step>/`: DCP's files (each rank writes the shards it
 holds; a replicated DDP state is written once), `.metadata` (which DCP writes last, once every
-rank's part is in), each rank's RNG, and `meta.json` (step, data position, loss scaler, and
-the lineage: strategy, world size, dtypes). DCP stores tensors by their fully qualified names
-and global shapes, so a checkpoint loads into any world size and either strategy.
+rank's part is in), each rank's RNG, and `meta.json` (step, data position, loss scaler, the
+lineage: strategy, world size, dtypes, and what `allreduce_dtype: auto` measured). DCP stores
+tensors by their fully qualified names and global shapes, so a checkpoint loads into any
+world size and either strategy.
 
 It is written under `.ckpt-<step>.partial/` and renamed once complete: a rank killed while
 the checkpoint is being persisted leaves a partial folder that nothing reads and the
@@ -103,6 +104,9 @@ class Restored:
     micro_batches_consumed: int
     micro_batches_per_epoch: int
     """The data position, in the saved world's micro-batches."""
+    allreduce_auto: dict[str, Any] | None = None
+    """What `allreduce_dtype: auto` measured (allreduce.AutoChoice's fields); None when
+    the run did not measure."""
 
 
 def restore_latest(
@@ -126,6 +130,7 @@ def restore_latest(
         scaler=meta["scaler"],
         micro_batches_consumed=int(meta["micro_batches_consumed"]),
         micro_batches_per_epoch=int(meta["micro_batches_per_epoch"]),
+        allreduce_auto=meta.get("allreduce_auto"),
     )
 
 

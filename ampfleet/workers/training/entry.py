@@ -162,6 +162,7 @@ def run(
         straggler_factor=spec.monitoring.straggler_factor,
         straggler_reports=spec.monitoring.straggler_reports,
         rank_nodes=nodes_of_ranks(job["node"]),
+        attempt=int(job.get("attempt") or 1),
     )
     writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
     try:

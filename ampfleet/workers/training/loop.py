@@ -13,7 +13,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +126,9 @@ class LoopConfig:
     in a row is a straggler (stragglers.py)."""
     rank_nodes: tuple[str, ...] = ()
     """The node each rank runs on, by rank, where the agent said."""
+    attempt: int = 1
+    """The job's attempt this run is (1: its first); a restart that cannot keep what an
+    earlier attempt measured says so."""
 
 
 def lr_at(step: int, *, base: float, warmup: int, progress: float) -> float:
@@ -185,7 +188,8 @@ class Trainer:
             device=self.device,
         )
         self.ddp = self.parallel.module  # what runs forward and backward, DDP or FSDP
-        self._measure_auto_allreduce()
+        self.auto_allreduce: AutoChoice | None = None
+        """What `allreduce_dtype: auto` took, measured here or kept from a checkpoint."""
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=task.learning_rate, weight_decay=task.weight_decay
         )
@@ -286,6 +290,7 @@ class Trainer:
         restored = self._restore()
         if restored is not None:
             self._continue_precision_of(restored)
+        self._choose_auto_allreduce(restored)
         self.clock = AttemptClock(resumed_from=self.step)
         if self._may_fall_back() and checkpoint.latest(self.cfg.checkpoint_dir) is None:
             self._save()  # the "last good" point a precision fallback returns to
@@ -490,15 +495,19 @@ class Trainer:
         self.profiler.agreed(profile, self.step)
         return bool(preempted), until is not None and share >= 1.0
 
-    def _measure_auto_allreduce(self) -> None:
+    def _choose_auto_allreduce(self, restored: checkpoint.Restored | None) -> None:
         """`allreduce_dtype: auto` under DDP across ranks: time an fp32 and a half-precision
         reduction of one gradient bucket on the job's own process group and keep half
         precision only where it pays: where the wire, not the CPU that casts and swaps, is
         what a reduction waits on. Every rank takes the slowest rank's figures, so all
-        choose alike; the figures are an event. FSDP reduce-scatters in the policy's dtype."""
+        choose alike; the figures are an event. FSDP reduce-scatters in the policy's dtype.
+
+        A job measures once: an attempt resuming a checkpoint keeps the choice it was made
+        under (every rank restores the same one, so all keep alike), unless this attempt
+        runs on another world size or backend, where the figures say nothing; then it
+        measures again, and the event says why."""
         cfg = self.cfg
         half = cfg.allreduce_dtype
-        self.auto_allreduce: AutoChoice | None = None
         if (
             cfg.requested_allreduce_dtype != "auto"
             or half == "fp32"
@@ -506,11 +515,35 @@ class Trainer:
             or self.strategy.strategy != "ddp"
         ):
             return
+        saved = restored.allreduce_auto if restored is not None else None
+        earlier = AutoChoice(**saved) if saved else None
+        if restored is not None and earlier is not None:
+            if earlier.applies_to(cfg.world_size, cfg.backend):
+                self._take_auto_allreduce(
+                    earlier,
+                    f"kept {earlier.dtype}, the choice the checkpoint of step {restored.step} "
+                    f"was made under ({earlier.describe()})",
+                )
+                return
+            again = (
+                f"measured again: the earlier choice ({earlier.dtype}) was measured on "
+                f"{earlier.world_size} {earlier.backend} ranks"
+            )
+        elif cfg.attempt > 1:
+            again = "measured again: no checkpoint of an earlier attempt carries its choice"
+        else:
+            again = ""
         parameters = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         choice = measure_auto(self.comm, half, min(parameters, DDP_BUCKET_ELEMENTS), self.device)
+        self._take_auto_allreduce(choice, "; ".join(filter(None, [choice.describe(), again])))
+
+    def _take_auto_allreduce(self, choice: AutoChoice, message: str) -> None:
         self.auto_allreduce = choice
-        self.comm.dtype = DTYPES[choice.dtype]
-        self._record("event", reason="allreduce_auto", message=choice.describe())
+        dtype = choice.dtype
+        if dtype != "fp32":  # a half-precision choice follows the compute, as `_fall_back`
+            dtype = resolve_allreduce_dtype("auto", self.precision, self.cfg.backend)
+        self.comm.dtype = DTYPES[dtype]
+        self._record("event", reason="allreduce_auto", message=message)
 
     def _planned(self) -> str:
         if self.total_steps is not None:
@@ -658,6 +691,7 @@ class Trainer:
             "micro_batches_consumed": self.step * self.task.grad_accum_steps,
             "micro_batches_per_epoch": len(self.loader),
             "scaler": self.scaler.state_dict(),
+            "allreduce_auto": asdict(self.auto_allreduce) if self.auto_allreduce else None,
             "setup": {
                 **self._setup(),
                 "world_size": self.cfg.world_size,
