@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ampfleet.workers import beneath
+
 _SEQUENCE = struct.Struct("<Q")
 _BODY = struct.Struct("<dq16s")  # wall time, step, phase
 SIZE = _SEQUENCE.size + _BODY.size
@@ -69,30 +71,41 @@ def heartbeat_file(folder: Path, rank: int) -> Path:
 
 
 def read_beats(folder: Path) -> list[Beat]:
-    """The last beat of each rank with a heartbeat file in `folder` that has beaten."""
+    """The last beat of each rank with a heartbeat file in `folder` that has beaten.
+
+    The folder is the ranks': each file is read beneath it with pread (beneath.py), never
+    mapped, since a rank that truncates a file the agent has mapped would kill the agent
+    with SIGBUS."""
     beats = []
-    for path in sorted(folder.glob(f"{FILE_PREFIX}*")):
-        rank = path.name.removeprefix(FILE_PREFIX)
-        beat = _read(path, int(rank)) if rank.isdigit() else None
-        if beat is not None:
-            beats.append(beat)
+    try:
+        names = beneath.list_files(folder)
+    except OSError:
+        return []
+    for name in names:
+        rank = name.removeprefix(FILE_PREFIX)
+        if name.startswith(FILE_PREFIX) and rank.isdigit() and len(rank) < 8:
+            beat = _read(folder, name, int(rank))
+            if beat is not None:
+                beats.append(beat)
     return beats
 
 
-def _read(path: Path, rank: int, tries: int = 5) -> Beat | None:
-    try:
-        with path.open("rb") as file, mmap.mmap(file.fileno(), SIZE, prot=mmap.PROT_READ) as view:
-            for _ in range(tries):
-                (before,) = _SEQUENCE.unpack(view[: _SEQUENCE.size])
-                body = view[_SEQUENCE.size : SIZE]
-                (after,) = _SEQUENCE.unpack(view[: _SEQUENCE.size])
-                if before == 0:
-                    return None  # created, never beaten
-                if before == after and before % 2 == 0:
-                    wall, step, phase = _BODY.unpack(body)
-                    return Beat(rank, wall, step, phase.rstrip(b"\0").decode(errors="replace"))
-    except (OSError, ValueError):  # gone, or not (yet) its full size
-        return None
+def _read(folder: Path, name: str, rank: int, tries: int = 5) -> Beat | None:
+    for _ in range(tries):
+        try:  # two reads that agree on an even sequence: no write was under way between
+            first = beneath.read_bytes(folder, name, 0, SIZE)
+            second = beneath.read_bytes(folder, name, 0, _SEQUENCE.size)
+        except OSError:  # gone, or not a regular file
+            return None
+        if len(first) < SIZE:
+            return None  # not (yet) its full size
+        (before,) = _SEQUENCE.unpack(first[: _SEQUENCE.size])
+        (after,) = _SEQUENCE.unpack(second)
+        if before == 0:
+            return None  # created, never beaten
+        if before == after and before % 2 == 0:
+            wall, step, phase = _BODY.unpack(first[_SEQUENCE.size : SIZE])
+            return Beat(rank, wall, step, phase.rstrip(b"\0").decode(errors="replace"))
     return None  # written to on every try: it is beating
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from sqlalchemy.orm import Session
 
 from ampfleet.core import profiles
+from ampfleet.workers import beneath
 from ampfleet.workers.profile_request import ProfileRequest, request_file
 from ampfleet.workers.rundir import RunDir
 
@@ -37,15 +38,13 @@ def hand_over(run_dir: RunDir, request: ProfileRequest | None) -> None:
     path = request_file(run_dir)
     if request is None:
         with contextlib.suppress(OSError):  # gone already; else rank 0 took it once, no more
-            path.unlink()
+            path.unlink()  # unlink never follows a link: a planted one is what goes
         return
     text = request.to_json()
-    with contextlib.suppress(OSError):
-        if path.read_text() == text:
+    with contextlib.suppress(OSError):  # the ranks' folder: read beneath it, bounded
+        if beneath.read_bytes(run_dir.path, path.name, 0, len(text) + 1) == text.encode():
             return
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_text(text)
-        tmp.replace(path)
+        beneath.write_atomic(run_dir.path, path.name, text.encode())
     except OSError as exc:  # the next pass tries again; the records go on meanwhile
         log.warning("could not hand profile %s to %s: %s", request.id, run_dir.path, exc)
