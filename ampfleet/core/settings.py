@@ -208,6 +208,27 @@ class Settings(BaseSettings):
     sandbox_max_open_files: int = Field(
         16384, ge=256, description="Open files of each sandboxed process (RLIMIT_NOFILE)."
     )
+    sandbox_first_uid: int = Field(
+        200_000,
+        ge=1000,
+        description="Where a root worker runs sandboxed processes: host uids from this one on "
+        "(pip's installs get the first, each attempt on a node one of its own after it); "
+        "none of them may belong to a real user or service.",
+    )
+    sandbox_uid_count: int = Field(
+        1024,
+        ge=2,
+        description="How many uids from AMPFLEET_SANDBOX_FIRST_UID on are the sandbox's.",
+    )
+    sandbox_tmp_mb: int = Field(
+        1024, ge=16, description="Size of a sandbox's RAM-backed /tmp (it counts as memory too)."
+    )
+    sandbox_max_disk_mb: int = Field(
+        50 * 1024,
+        ge=64,
+        description="Bytes an attempt's run and checkpoint folders may hold on a node; past it "
+        "the attempt fails with an event saying so (no single file grows past it either).",
+    )
     max_archive_unpacked_bytes: int = Field(
         1 << 30, gt=0, description="Bytes an uploaded archive may unpack to; more get 422."
     )

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from ampfleet.core.allocations import release_claimed_on_node, release_node_share
 from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import requeue_or_fail, transition
+from ampfleet.core.memory import slot_memory_mb
 from ampfleet.core.models import Allocation, Job, Node, utcnow
 from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.core.settings import Settings
@@ -56,7 +57,10 @@ class NodeAgent:
         self.settings = settings
         self.capacity = capacity or detect_capacity(settings)
         gpus = self.capacity.slots if self.capacity.accelerator == "cuda" else 0
-        self.supervisor = Supervisor(settings, self.capacity.rank_memory_limit_mb, gpus)
+        slot_memory = slot_memory_mb(self.capacity.memory_mb, self.capacity.slots)
+        self.supervisor = Supervisor(
+            settings, self.capacity.rank_memory_limit_mb, gpus, slot_memory_mb=slot_memory
+        )
         self.rendezvous = RendezvousWaiter(self.supervisor.launch, RENDEZVOUS_WAIT_S)
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name="heartbeat", daemon=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ampfleet.core.archives import ArchiveLimits, unpack_archive
 from ampfleet.core.artifacts import ArtifactNotFoundError, get_store, object_key
+from ampfleet.core.sandbox import open_to_sandboxes
 from ampfleet.core.settings import Settings
 
 
@@ -47,6 +48,7 @@ def fetch_once(target: Path, sha256: str, what: str, fill: Callable[[Path, Path]
             raise LookupError(f"the {what}'s bytes ({sha256[:12]}) are no longer stored") from None
         tree = Path(incoming) / "tree"
         fill(downloaded, tree)
+        open_to_sandboxes(tree)  # ranks read it as unprivileged uids
         try:
             tree.rename(target)
         except OSError:

@@ -1,13 +1,18 @@
-"""Limits on the processes of an attempt that runs bundled code: how many tasks (processes
-and threads) and how many open files.
+"""Limits on the processes of an attempt that runs bundled code: tasks, memory, open files and
+file size.
 
-Open files are an rlimit set in the launched process before it execs (inherited by bwrap,
-torchrun and the ranks; raising it back needs a capability the sandbox drops). The task
-count is a pids cgroup per attempt where the node agent may create one (cgroup v1's `pids`
-hierarchy, or a cgroup v2 mount that delegates `pids`): an rlimit on processes does not hold
-for an agent that runs as root, which is how most nodes run it, since the kernel exempts
-the root user from RLIMIT_NPROC whatever the user namespace maps it to. Where no cgroup can
-be made, RLIMIT_NPROC is set too, which holds where the agent is not root.
+Tasks (processes and threads) and memory are a cgroup per attempt, made by the node agent
+(as root) and joined by the launched process before it execs, so everything the attempt
+starts is in it: cgroup v2 where the node delegates the controllers, else v1's `pids` and
+`memory` hierarchies. The memory cgroup counts what a per-process rlimit cannot: shared
+mappings, pages of the RAM-backed /tmp and /dev/shm, every rank together; swap is not a way
+around it. Past it the kernel's OOM killer ends the attempt's processes, and `oom_kills`
+says so. An rlimit on processes would not hold for an agent that runs as root (the kernel
+exempts root from RLIMIT_NPROC); where no cgroup can be made, it is set anyway, which holds
+where the agent is not root, and memory falls back to the launcher's per-rank RLIMIT_DATA.
+
+Open files and the size of any one file are rlimits set in the launched process, inherited
+by bwrap, torchrun and the ranks; raising them back needs a capability the sandbox drops.
 """
 
 from __future__ import annotations
@@ -29,66 +34,116 @@ GROUP_PREFIX = "ampfleet-"
 class RankLimits:
     max_tasks: int
     max_open_files: int
+    max_memory_bytes: int | None = None
+    """All the attempt's processes on this node together; None: no memory cgroup."""
+    max_file_bytes: int | None = None
+    """Any one file a process writes (RLIMIT_FSIZE): no single file outgrows the disk limit."""
 
 
-def _pids_parent() -> Path | None:
-    """A folder where a pids cgroup may be made: v1's pids hierarchy, else a v2 mount
-    whose subtree gets the pids controller."""
-    v1 = CGROUP_ROOT / "pids"
+def _parent_for(controller: str) -> Path | None:
+    """A folder where a cgroup with `controller` may be made: v1's hierarchy of it, else a
+    v2 mount whose subtree gets it."""
+    v1 = CGROUP_ROOT / controller
     if (v1 / "cgroup.procs").exists() and os.access(v1, os.W_OK):
         return v1
     for v2 in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
-        subtree = v2 / "cgroup.subtree_control"
         with contextlib.suppress(OSError):
-            if "pids" in subtree.read_text().split() and os.access(v2, os.W_OK):
+            subtree = (v2 / "cgroup.subtree_control").read_text().split()
+            if controller in subtree and os.access(v2, os.W_OK):
                 return v2
     return None
 
 
+def _v2(group: Path) -> bool:
+    return (group / "cgroup.controllers").exists()
+
+
 class TaskGroup:
-    """The pids cgroup of one attempt on this node, or nothing where none can be made."""
+    """The cgroups of one attempt on this node (one per hierarchy), or none where none can
+    be made."""
 
     def __init__(self, name: str, limits: RankLimits) -> None:
         self.limits = limits
-        self.path: Path | None = None
-        parent = _pids_parent()
+        self.pids: Path | None = self._make("pids", name, self._pids_limits())
+        self.memory: Path | None = None
+        if limits.max_memory_bytes is not None:
+            self.memory = self._make("memory", name, self._memory_limits())
+
+    def _pids_limits(self) -> dict[str, str]:
+        return {"pids.max": str(self.limits.max_tasks)}
+
+    def _memory_limits(self) -> dict[str, str]:
+        limit = str(self.limits.max_memory_bytes)
+        # v2 reads memory.max and swap apart; v1 limits memory, then memory + swap alike.
+        return {
+            "memory.max": limit,
+            "memory.swap.max": "0",
+            "memory.limit_in_bytes": limit,
+            "memory.memsw.limit_in_bytes": limit,
+        }
+
+    @staticmethod
+    def _make(controller: str, name: str, values: dict[str, str]) -> Path | None:
+        parent = _parent_for(controller)
         if parent is None:
-            log.warning("no pids cgroup to make: %s's tasks are limited by rlimit only", name)
-            return
+            log.warning("no %s cgroup to make for %s: rlimits only", controller, name)
+            return None
         path = parent / f"{GROUP_PREFIX}{name}"
         try:
             path.mkdir(exist_ok=True)
-            (path / "pids.max").write_text(str(limits.max_tasks))
+            written = 0
+            for file, value in values.items():
+                if (path / file).exists():
+                    (path / file).write_text(value)
+                    written += 1
+            if not written:
+                raise OSError(f"none of {', '.join(values)} in {path}")
         except OSError as exc:
-            log.warning("pids cgroup %s not made (%s): rlimit only", path, exc)
+            log.warning("%s cgroup %s not made (%s): rlimits only", controller, path, exc)
             with contextlib.suppress(OSError):
                 path.rmdir()
-            return
-        self.path = path
+            return None
+        return path
+
+    @property
+    def groups(self) -> list[Path]:
+        return list(dict.fromkeys(p for p in (self.pids, self.memory) if p is not None))
 
     def enter(self) -> None:
-        """In the launched process, before it execs: join the group, set the rlimits."""
-        if self.path is not None:
-            (self.path / "cgroup.procs").write_text(str(os.getpid()))
+        """In the launched process, before it execs: join the groups, set the rlimits."""
+        for group in self.groups:
+            (group / "cgroup.procs").write_text(str(os.getpid()))
         files = self.limits.max_open_files
         resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
-        if self.path is None:
+        if self.limits.max_file_bytes is not None:
+            size = self.limits.max_file_bytes
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+        if self.pids is None:
             tasks = self.limits.max_tasks
             resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
 
     def refused_forks(self) -> int:
         """How many times a fork or thread was refused at the limit."""
-        if self.path is None:
+        return _count(self.pids, "pids.events", "max") if self.pids else 0
+
+    def oom_kills(self) -> int:
+        """How many of the attempt's processes the kernel killed at the memory limit."""
+        if self.memory is None:
             return 0
-        with contextlib.suppress(OSError, ValueError):
-            for line in (self.path / "pids.events").read_text().splitlines():
-                name, _, count = line.partition(" ")
-                if name == "max":
-                    return int(count)
-        return 0
+        events = "memory.events" if _v2(self.memory) else "memory.oom_control"
+        return _count(self.memory, events, "oom_kill")
 
     def remove(self) -> None:
         """Once its processes are gone (an attempt's exit); a leftover is harmless."""
-        if self.path is not None:
+        for group in self.groups:
             with contextlib.suppress(OSError):
-                self.path.rmdir()
+                group.rmdir()
+
+
+def _count(group: Path, file: str, name: str) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        for line in (group / file).read_text().splitlines():
+            key, _, count = line.partition(" ")
+            if key == name:
+                return int(count)
+    return 0

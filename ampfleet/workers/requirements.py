@@ -34,7 +34,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from ampfleet.core.requirements import requirement_problem
-from ampfleet.core.sandbox import sandboxed
+from ampfleet.core.sandbox import Confinement, give_to, open_to_sandboxes, sandboxed
 from ampfleet.core.settings import Settings
 
 WORKER_LAYER = "_ampfleet_worker.pth"
@@ -100,6 +100,7 @@ def ensure_env(
         )
         _layer_over_worker(partial)
         _pip_install(settings, partial, requirements, Path(incoming), on_output)
+        open_to_sandboxes(partial)  # ranks read it as unprivileged uids
         try:
             partial.rename(target)
         except OSError:
@@ -190,12 +191,15 @@ def pip_command(
     ]
     if settings.sandbox != "bubblewrap":
         return command
+    give_to(scratch, settings.sandbox_first_uid)  # pip runs as the installer uid
     return sandboxed(
         command,
         data_dir=settings.data_dir.resolve(),
         writable=[scratch],
         readable=_local_folders(pip_options(settings)),
         devices=[],  # pip and a wheel's install need no GPU
+        # The index is on the network: pip keeps the host's (README: threat model).
+        confinement=Confinement(uid=settings.sandbox_first_uid, own_network=False),
     )
 
 

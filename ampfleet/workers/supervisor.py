@@ -16,7 +16,6 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import IO
 
@@ -26,13 +25,13 @@ from sqlalchemy.orm import Session
 from ampfleet.core import idle_policy
 from ampfleet.core.allocations import release_node_share
 from ampfleet.core.db import database_unavailable, session_scope
-from ampfleet.core.lifecycle import record_event, requeue_or_fail, transition
+from ampfleet.core.lifecycle import requeue_or_fail, transition
 from ampfleet.core.messaging import wake_scheduler
 from ampfleet.core.models import Job
 from ampfleet.core.node_health import HUNG, cordon_if_hanging
-from ampfleet.core.sandbox import sandboxed
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
+from ampfleet.workers.containment import Contained, UidPool, report_limits
 from ampfleet.workers.gpus import GpuPool, device_nodes
 from ampfleet.workers.heartbeat import Beat, describe, read_beats
 from ampfleet.workers.idle import IdleWatch, act, busiest
@@ -45,7 +44,6 @@ from ampfleet.workers.ingest import (
     store_points,
 )
 from ampfleet.workers.launch import launch_command, rank_environment, torchrun_args
-from ampfleet.workers.limits import RankLimits, TaskGroup
 from ampfleet.workers.profile_handover import hand_over_profiles
 from ampfleet.workers.rundir import RecordReader, RunDir
 from ampfleet.workers.telemetry import Nvml, RankTelemetry, node_totals
@@ -90,8 +88,8 @@ class RunningAttempt:
     launcher_log: IO[bytes]
     reader: RecordReader
     telemetry: RankTelemetry
-    tasks: TaskGroup | None = None
-    """Where it runs bundled code in the sandbox: the limits of its processes."""
+    contained: Contained | None = None
+    """Where it runs bundled code in the sandbox: its uid, limits, network."""
     gpus: tuple[int, ...] | None = None
     """The indices of this node's GPUs its ranks see (CUDA_VISIBLE_DEVICES)."""
     started: float = field(default_factory=time.monotonic)
@@ -133,10 +131,17 @@ class RunningAttempt:
 
 class Supervisor:
     def __init__(
-        self, settings: Settings, rank_memory_limit_mb: int | None = None, gpus: int = 0
+        self,
+        settings: Settings,
+        rank_memory_limit_mb: int | None = None,
+        gpus: int = 0,
+        slot_memory_mb: int | None = None,
     ) -> None:
-        """`gpus`: how many this node has; each attempt gets indices of its own."""
+        """`gpus`: how many this node has; each attempt gets indices of its own.
+        `slot_memory_mb`: one slot's share of the host's memory, for sandboxes' cgroups."""
         self.settings = settings
+        self.slot_memory_mb = slot_memory_mb or rank_memory_limit_mb
+        self.uids = UidPool(settings.sandbox_first_uid, settings.sandbox_uid_count)
         self.gpus = GpuPool(gpus) if gpus else None
         self.rank_memory_limit_mb = rank_memory_limit_mb
         self._requests: queue.Queue[LaunchRequest] = queue.Queue()
@@ -235,10 +240,10 @@ class Supervisor:
         command = launch_command(
             args, memory_limit_mb=self.rank_memory_limit_mb, python=request.python
         )
-        contained = request.code_dir is not None and self.settings.sandbox == "bubblewrap"
+        contained_code = request.code_dir is not None and self.settings.sandbox == "bubblewrap"
         gpus = self.gpus.take(request.procs_per_node) if self.gpus else None
         try:
-            return self._start(request, command, launcher_log, contained, gpus)
+            return self._start(request, command, launcher_log, contained_code, gpus)
         except BaseException:
             if gpus and self.gpus:
                 self.gpus.give_back(gpus)
@@ -249,50 +254,74 @@ class Supervisor:
         request: LaunchRequest,
         command: list[str],
         launcher_log: IO[bytes],
-        contained: bool,
+        contained_code: bool,
         gpus: tuple[int, ...] | None,
     ) -> RunningAttempt:
         run_dir = request.run_dir
-        if contained and request.code_dir is not None:
-            checkpoints = request.checkpoint_dir
-            checkpoints.mkdir(parents=True, exist_ok=True)
-            # A requirements environment, read-only: <env>/bin/python is its interpreter.
-            extra = [Path(request.python).parent.parent] if request.python else []
-            command = sandboxed(
-                command,
-                data_dir=self.settings.data_dir.resolve(),
-                writable=[run_dir.path, checkpoints],
-                readable=[Path(request.code_dir), *map(Path, request.input_paths), *extra],
-                devices=device_nodes(gpus),
+        contained = self._contain(request) if contained_code else None
+        try:
+            process = subprocess.Popen(
+                command
+                if contained is None
+                else self._sandboxed(command, request, contained, gpus),
+                # bwrap would die of the preemption signal; the launcher and ranks set their own.
+                preexec_fn=contained.enter if contained else None,  # noqa: PLW1509
+                pass_fds=contained.pass_fds if contained else (),
+                stdout=launcher_log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: cancel signals every rank
+                env={
+                    **rank_environment(
+                        os.environ,
+                        procs_per_node=request.procs_per_node,
+                        node_address=self.settings.node_address,
+                    ),
+                    **(_visible(gpus) if gpus else {}),
+                    **(contained.environment() if contained else {}),
+                    # Outside the sandbox's PID namespace the launcher can check it is ours.
+                    **({} if contained else {PARENT_PID_VARIABLE: str(os.getpid())}),
+                },
             )
-        group = self._task_group(request) if contained else None
-        process = subprocess.Popen(
-            command,
-            # bwrap would die of the preemption signal; the launcher and ranks set their own.
-            preexec_fn=partial(_contain, group) if group else None,  # noqa: PLW1509
-            stdout=launcher_log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group: cancel signals every rank
-            env={
-                **rank_environment(
-                    os.environ,
-                    procs_per_node=request.procs_per_node,
-                    node_address=self.settings.node_address,
-                ),
-                **(_visible(gpus) if gpus else {}),
-                # Outside the sandbox's PID namespace the launcher can check it is still ours.
-                **({} if contained else {PARENT_PID_VARIABLE: str(os.getpid())}),
-            },
-        )
+        except BaseException:
+            if contained is not None:
+                contained.close()
+            raise
+        if contained is not None:
+            contained.launched()
         log.info("launched %s attempt %s (pid %s)", request.job_id, request.attempt, process.pid)
         telemetry = RankTelemetry(process.pid, self.settings.telemetry_interval_s, self.nvml)
         reader = RecordReader(run_dir.events_file)
-        return RunningAttempt(request, process, launcher_log, reader, telemetry, group, gpus)
+        return RunningAttempt(request, process, launcher_log, reader, telemetry, contained, gpus)
 
-    def _task_group(self, request: LaunchRequest) -> TaskGroup:
-        limits = RankLimits(self.settings.sandbox_max_tasks, self.settings.sandbox_max_open_files)
-        return TaskGroup(f"{request.job_id}-{request.attempt}-{request.node_rank}", limits)
+    def _contain(self, request: LaunchRequest) -> Contained:
+        return Contained.prepare(
+            self.settings,
+            self.uids,
+            name=f"{request.job_id}-{request.attempt}-{request.node_rank}",
+            procs=request.procs_per_node,
+            nnodes=request.nnodes,
+            slot_memory_mb=self.slot_memory_mb,
+            writable=[request.run_dir.path, request.checkpoint_dir],
+        )
+
+    def _sandboxed(
+        self,
+        command: list[str],
+        request: LaunchRequest,
+        contained: Contained,
+        gpus: tuple[int, ...] | None,
+    ) -> list[str]:
+        # A requirements environment, read-only: <env>/bin/python is its interpreter.
+        extra = [Path(request.python).parent.parent] if request.python else []
+        code = [Path(request.code_dir)] if request.code_dir else []
+        return contained.command(
+            command,
+            self.settings,
+            writable=[request.run_dir.path, request.checkpoint_dir],
+            readable=[*code, *map(Path, request.input_paths), *extra],
+            devices=device_nodes(gpus),
+        )
 
     def _sync(self) -> None:
         """Records in, decisions out: each attempt in a transaction of its own, so nothing
@@ -492,26 +521,15 @@ class Supervisor:
     def _record_outcome(self, session: Session, attempt: RunningAttempt) -> None:
         """How the attempt ended, and this node's slots back: every rank here has exited."""
         self._forward(session, attempt)
+        if attempt.contained is not None:  # its limits first: they may say why it ended
+            report_limits(
+                session, attempt.contained, attempt.request.job_id, self.settings.node_name
+            )
         self._record_ending(session, attempt)
         request = attempt.request
-        if attempt.tasks is not None:
-            self._report_refused_tasks(session, attempt.tasks, request)
+        if attempt.contained is not None:
+            attempt.contained.close()
         release_node_share(session, request.job_id, request.attempt, request.node_rank)
-
-    def _report_refused_tasks(
-        self, session: Session, tasks: TaskGroup, request: LaunchRequest
-    ) -> None:
-        refused, job = tasks.refused_forks(), session.get(Job, request.job_id)
-        tasks.remove()
-        if refused and job is not None:
-            record_event(
-                session,
-                job,
-                "task_limit",
-                f"{refused} process or thread starts on node {self.settings.node_name} were "
-                f"refused at the sandbox's limit of {tasks.limits.max_tasks} tasks "
-                "(AMPFLEET_SANDBOX_MAX_TASKS)",
-            )
 
     def _record_ending(self, session: Session, attempt: RunningAttempt) -> None:
         request = attempt.request
@@ -653,13 +671,6 @@ class Supervisor:
             message=f"the ranks on node {self.settings.node_name} exited with code {code} "
             f"without an error report (killed or out of memory?)",
         )
-
-
-def _contain(tasks: TaskGroup) -> None:
-    """In the launched bwrap, before it execs: bwrap would die of the preemption signal (the
-    launcher and ranks set their own), and the limits of its processes."""
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    tasks.enter()
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -7,12 +7,14 @@ downloaded. A fork bomb meets the sandbox's task limit; a planted pickle is neve
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 import ampfleet
 from ampfleet.core.sandbox import bubblewrap_problem
+from ampfleet.core.settings import get_settings
 from tests.conftest import FleetFactory
 from tests.e2e.test_bundled_code import code_spec
 from tests.support.archives import zip_of
@@ -116,7 +118,13 @@ def test_a_probing_recipe_finds_and_changes_nothing_outside_its_folders(
     assert report["runs"] == [job["id"]]  # not the earlier job's folder
     assert report["checkpoints"] == [job["id"]]  # nor the earlier job's checkpoints
     assert report["write_system"].startswith("refused")  # the system is read-only
-    assert report["uid"] == 65534
+    # Never host root: a uid of the operator's range (a root worker), or one the user
+    # namespace maps to the worker's own unprivileged uid.
+    first = get_settings().sandbox_first_uid
+    if os.geteuid() == 0:
+        assert first < report["uid"] < first + get_settings().sandbox_uid_count
+    else:
+        assert report["uid"] == 65534
     assert report["processes"] < 20  # its own PID namespace: no agent, no other job
     assert not outside.exists()  # under /tmp: it wrote to its private /tmp, if anywhere
     assert not system.exists()
