@@ -191,6 +191,21 @@ def worker() -> None:
 
 
 @app.command()
+def doctor() -> None:
+    """Check on this node that the sandbox of bundled code holds: from inside it, try what
+    a hostile tenant would (files, the control plane's ports, seccomp, /tmp, memory)."""
+    require_extra("worker")
+    from ampfleet.workers.doctor import check_node
+
+    checks = check_node(get_settings())
+    for check in checks:
+        print(f"{'held ' if check.held else 'FAILED'}  {check.name}: {check.detail}")
+    failed = [c for c in checks if not c.held]
+    print(f"{len(checks) - len(failed)} held, {len(failed)} failed")
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command()
 def up() -> None:
     """All in one: migrate, then the api, the scheduler and one local worker node."""
     require_extra("all")

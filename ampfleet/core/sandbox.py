@@ -102,7 +102,7 @@ def sandboxed(
     hidden = [Path(private_tmp), *(home for home in HIDDEN_HOMES if home.is_dir()), data_dir]
     for home in hidden[1:-1]:
         args += ["--perms", "0755", "--tmpfs", str(home)]
-    for folder in _installation_under(hidden[:-1]):
+    for folder in installation_under(hidden[:-1]):
         args += [*_reachable(folder, hidden), "--ro-bind", str(folder), str(folder)]
     # After those: a data dir inside them stays hidden.
     args += ["--perms", "0755", "--tmpfs", str(data_dir)]
@@ -165,7 +165,7 @@ def open_to_sandboxes(tree: Path) -> None:
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
 
 
-def _installation_under(hidden: list[Path]) -> list[Path]:
+def installation_under(hidden: list[Path]) -> list[Path]:
     """The worker's interpreter, packages and (for an editable install) source tree, where
     they lie under a folder the sandbox replaces with its own (a virtualenv in /tmp, a pyenv
     in /root): bound back read-only, or the ranks would start with no Python to run."""

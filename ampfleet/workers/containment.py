@@ -32,6 +32,11 @@ LAUNCHER_MEMORY_MB = 1024
 """Beyond the ranks' slot shares: torchrun, the launcher, the interpreters' own start."""
 
 
+def attempt_memory_mb(slot_memory_mb: int | None, procs: int) -> int | None:
+    """An attempt's memory limit on a node: its slots' share, and the launcher's own."""
+    return None if slot_memory_mb is None else slot_memory_mb * procs + LAUNCHER_MEMORY_MB
+
+
 class UidPool:
     """The uids of the operator's range that attempts on this node hold now."""
 
@@ -76,24 +81,22 @@ class Contained:
         pool: UidPool,
         *,
         name: str,
-        procs: int,
         nnodes: int,
-        slot_memory_mb: int | None,
+        memory_mb: int | None,
         writable: list[Path],
     ) -> Contained:
+        """`memory_mb`: what all its processes on this node may use together (None: no
+        memory cgroup; see `attempt_memory_mb`)."""
         uid = pool.take() if os.geteuid() == 0 else None
         try:
             for folder in writable:
                 folder.mkdir(parents=True, exist_ok=True)
                 if uid is not None:
                     give_to(folder, uid)
-            memory = None
-            if slot_memory_mb is not None:
-                memory = (slot_memory_mb * procs + LAUNCHER_MEMORY_MB) * MB
             limits = RankLimits(
                 settings.sandbox_max_tasks,
                 settings.sandbox_max_open_files,
-                max_memory_bytes=memory,
+                max_memory_bytes=None if memory_mb is None else memory_mb * MB,
                 max_file_bytes=settings.sandbox_max_disk_mb * MB,
             )
             seccomp_fd = os.memfd_create("ampfleet-seccomp", 0)

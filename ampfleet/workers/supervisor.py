@@ -26,12 +26,19 @@ from ampfleet.core import idle_policy
 from ampfleet.core.allocations import release_node_share
 from ampfleet.core.db import database_unavailable, session_scope
 from ampfleet.core.lifecycle import requeue_or_fail, transition
+from ampfleet.core.memory import MB
 from ampfleet.core.messaging import wake_scheduler
 from ampfleet.core.models import Job
 from ampfleet.core.node_health import HUNG, cordon_if_hanging
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
-from ampfleet.workers.containment import Contained, UidPool, report_limits
+from ampfleet.workers import disk
+from ampfleet.workers.containment import (
+    Contained,
+    UidPool,
+    attempt_memory_mb,
+    report_limits,
+)
 from ampfleet.workers.gpus import GpuPool, device_nodes
 from ampfleet.workers.heartbeat import Beat, describe, read_beats
 from ampfleet.workers.idle import IdleWatch, act, busiest
@@ -113,6 +120,9 @@ class RunningAttempt:
     """Passes in a row that failed for something other than the database."""
     finished: bool = False
     """Rank 0 wrote `finished`: the run is complete, the ranks are only shutting down."""
+    disk_checked_at: float = 0.0
+    disk_usage: disk.Usage | None = None
+    """What its folders held at the last look (sandboxed attempts only)."""
     invalid_record: str | None = None
     """Why an essential record (`started`) was rejected: the attempt fails with it."""
 
@@ -299,9 +309,8 @@ class Supervisor:
             self.settings,
             self.uids,
             name=f"{request.job_id}-{request.attempt}-{request.node_rank}",
-            procs=request.procs_per_node,
             nnodes=request.nnodes,
-            slot_memory_mb=self.slot_memory_mb,
+            memory_mb=attempt_memory_mb(self.slot_memory_mb, request.procs_per_node),
             writable=[request.run_dir.path, request.checkpoint_dir],
         )
 
@@ -406,6 +415,8 @@ class Supervisor:
             self._stop_attempt(attempt, "preempt")
         elif self._past_runtime(attempt):
             self._stop_attempt(attempt, "timeout")
+        elif self._over_disk_limit(attempt):
+            self._stop_attempt(attempt, "disk_limit")
         elif attempt.finished:
             # The run is complete and recorded: silence now is the ranks shutting down (a
             # loaded node, a long garbage collection), never a hang. They get a grace.
@@ -438,6 +449,17 @@ class Supervisor:
         if attempt.heard_from:
             return attempt.request.hang_timeout_s
         return max(attempt.request.hang_timeout_s, self.settings.start_timeout_s)
+
+    def _over_disk_limit(self, attempt: RunningAttempt) -> bool:
+        """Whether a sandboxed attempt's folders hold more than its disk limit (measured
+        every few seconds: disk.py); `disk_usage` keeps what was found."""
+        now = time.monotonic()
+        if attempt.contained is None or now - attempt.disk_checked_at < disk.CHECK_EVERY_S:
+            return False
+        attempt.disk_checked_at = now
+        attempt.disk_usage = disk.usage(attempt.folders)
+        limit = self.settings.sandbox_max_disk_mb * MB
+        return attempt.disk_usage.bytes > limit or not attempt.disk_usage.complete
 
     def _exit_grace(self, attempt: RunningAttempt) -> float:
         """How long ranks that finished may take to exit before they are stopped."""
@@ -566,6 +588,24 @@ class Supervisor:
             self._record_hang(session, attempt)
         elif attempt.stop_reason == "preempt":
             self._record_preempted(session, attempt)
+        elif attempt.stop_reason == "disk_limit":
+            used = attempt.disk_usage
+            reason = (
+                f"its run and checkpoint folders on node {self.settings.node_name} held "
+                + (f"{used.bytes // MB:,} MB" if used and used.complete else "too many files")
+                + f", over the limit of {self.settings.sandbox_max_disk_mb:,} MB "
+                "(AMPFLEET_SANDBOX_MAX_DISK_MB)"
+            )
+            transition(
+                session,
+                job_id,
+                JobState.FAILED,
+                from_states=EXITABLE,
+                attempt=number,
+                reason="disk_limit",
+                message=reason,
+                failure_reason=reason,
+            )
         elif attempt.stop_reason == "invalid_record":
             reason = f"rank 0 wrote a record the platform cannot accept: {attempt.invalid_record}"
             transition(
