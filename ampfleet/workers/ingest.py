@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from ampfleet.core import counters, goodput, profiles, webhooks
@@ -152,7 +153,17 @@ def apply_one_by_one(
             del feed.artifacts[artifacts:], feed.adopted[adopted:]
             reason = f"storing it failed: {type(exc).__name__}"
             record_event(session, job, "record_rejected", f"a {record['kind']!r} record: {reason}")
-            job.records_rejected = (job.records_rejected or 0) + 1
+            count_rejected(session, job.id, 1)
+
+
+def count_rejected(session: Session, job_id: str, count: int) -> None:
+    """In the database, not on a loaded row: the uploader counts refusals concurrently."""
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id)
+        .values(records_rejected=Job.records_rejected + count)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def report_rejections(
@@ -170,7 +181,8 @@ def report_rejections(
             )
             name = feed.run_dir.events_file.name
             record_event(session, job, "record_rejected", rejection.describe(name) + more)
-    job.records_rejected = (job.records_rejected or 0) + len(rejected)
+    if rejected:
+        count_rejected(session, job.id, len(rejected))
     return next((r for r in rejected if r.essential), None)
 
 

@@ -42,6 +42,7 @@ from ampfleet.workers.checkpoint_archive import (
     pack,
     unpack,
 )
+from ampfleet.workers.ingest import count_rejected
 
 log = logging.getLogger(__name__)
 UPLOAD_NICENESS = 19
@@ -142,7 +143,7 @@ class ArtifactUploader:
                     record_event(
                         session, job, "artifact_refused", f"{name}: not uploaded: {exc}"[:2000]
                     )
-                    job.records_rejected = (job.records_rejected or 0) + 1
+                    count_rejected(session, job.id, 1)
         except Exception:
             log.exception("could not record the refused artifact %.100r", name)
 

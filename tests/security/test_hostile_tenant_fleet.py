@@ -1,0 +1,128 @@
+"""A hostile tenant's bundle on a real fleet (API, scheduler, worker processes; PostgreSQL
+and Redis): its recipe forges artifact records (the admin key, /etc/shadow, pid 1's
+environment, the database file's folder, a FIFO), writes malformed records, and tries the
+database, the broker and the API from inside the sandbox. Nothing leaks, nothing connects,
+and another project's job on the same node trains to SUCCEEDED with every point."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlsplit
+
+import pytest
+
+from ampfleet.core.sandbox import bubblewrap_problem
+from tests.conftest import FleetFactory
+from tests.e2e.test_bundled_code import code_spec
+from tests.support.archives import zip_of
+from tests.support.factories import job_spec
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(bubblewrap_problem() is not None, reason="needs a working bubblewrap"),
+]
+
+HOSTILE = b"""
+import json
+import os
+import socket
+from pathlib import Path
+
+from ampfleet.core.recipes import RecipeDefinition
+from ampfleet.recipes.digits import DigitsHyperparameters, parameter_count
+
+
+class Hyperparameters(DigitsHyperparameters):
+    targets: list[list]
+    secrets: list[str]
+
+
+def connect(host, port):
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return "connected"
+    except OSError as exc:
+        return f"refused: {type(exc).__name__}"
+
+
+def build(hp, ctx):
+    from ampfleet.workers.training.recipes.digits import build as digits
+
+    if ctx.rank == 0:
+        run = ctx.output_dir.parent
+        os.mkfifo(run / "trap.fifo")
+        forged = [*hp.secrets, str(run / "trap.fifo")]
+        with (run / "events.jsonl").open("a") as events:
+            for n, path in enumerate(forged):
+                record = {"kind": "artifact", "artifact_kind": "output",
+                          "name": f"outputs/forged{n}", "paths": [path], "step": None}
+                events.write(json.dumps(record) + "\\n")
+            events.write(json.dumps({"kind": "artifact", "artifact_kind": "checkpoint",
+                                     "name": "checkpoint-000000001", "paths": hp.secrets,
+                                     "step": 1}) + "\\n")
+            events.write('{"kind": "metrics", "step": "notanint", "values": {"loss": 1}}\\n')
+            events.write('{"kind": "progress", "step": {"x": 1}, "total_steps": 3}\\n')
+        report = {f"{h}:{p}": connect(h, p) for h, p in hp.targets}
+        (ctx.output_dir / "report.json").write_text(json.dumps(report))
+    fields = hp.model_dump(exclude={"targets", "secrets"})
+    return digits(DigitsHyperparameters(**fields), ctx)
+
+
+recipe = RecipeDefinition(
+    name="hostile",
+    description="forges, probes, then trains digits",
+    hyperparameters=Hyperparameters,
+    build_path="hostile_pkg.recipe:build",
+    parameter_count=parameter_count,
+)
+"""
+
+
+def test_a_hostile_bundle_gets_nothing_while_another_project_trains(
+    make_fleet: FleetFactory,
+) -> None:
+    fleet = make_fleet("postgres+redis")
+    data_dir = fleet.root / "var"
+    targets = [["127.0.0.1", fleet.port]]
+    for url, default in (
+        (fleet.env["AMPFLEET_DATABASE_URL"], 5432),
+        (fleet.env["AMPFLEET_BROKER_URL"], 6379),
+    ):
+        parts = urlsplit(url)
+        targets.append([parts.hostname or "127.0.0.1", parts.port or default])
+    secrets = [str(data_dir / "admin.key"), "/etc/shadow", "/proc/1/environ", str(data_dir)]
+    bundle = fleet.http.post("/v1/bundles", content=zip_of({"hostile_pkg/recipe.py": HOSTILE}))
+    assert bundle.status_code == 201, bundle.text
+    victim = fleet.submit(job_spec(project="victim", stop={"max_steps": 40}, log_every_steps=1))
+    hostile = fleet.submit(
+        code_spec(
+            bundle.json()["id"],
+            "hostile_pkg.recipe:recipe",
+            resources={"procs_per_node": 1},
+            hyperparameters={"targets": targets, "secrets": secrets},
+        )
+    )
+    fleet.wait_for_state(hostile["id"], {"SUCCEEDED"}, timeout=300)
+    fleet.wait_for_state(victim["id"], {"SUCCEEDED"}, timeout=300)
+
+    artifacts = fleet.http.get(f"/v1/jobs/{hostile['id']}/artifacts").json()["items"]
+    names = {a["name"] for a in artifacts}
+    assert not {n for n in names if n.startswith("outputs/forged")}
+    assert "checkpoint-000000001" not in names
+    report = json.loads(
+        fleet.http.get(f"/v1/jobs/{hostile['id']}/artifacts/outputs/report.json").text
+    )
+    assert len(report) == len(targets)
+    assert all(said.startswith("refused") for said in report.values()), report
+    told = [
+        e
+        for e in fleet.events(hostile["id"])
+        if e["reason"] in ("record_rejected", "artifact_refused")
+    ]
+    assert sum(e["reason"] == "artifact_refused" for e in told) == len(secrets) + 2
+    assert sum(e["reason"] == "record_rejected" for e in told) == 2
+    assert fleet.job(hostile["id"])["volume"]["records_rejected"] == len(secrets) + 4
+
+    metrics = fleet.http.get(f"/v1/jobs/{victim['id']}/metrics").json()
+    loss = {s["name"]: s["points"] for s in metrics["series"]}["loss"]
+    assert [p["step"] for p in loss] == list(range(1, 41))
