@@ -57,3 +57,65 @@ def test_an_attempt_sees_only_the_gpus_it_was_given(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "1"
+
+
+NCCL_PROGRAM = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29533", rank=0, world_size=1)
+x = torch.ones(1 << 20, device="cuda", dtype=torch.bfloat16)
+dist.all_reduce(x)
+torch.cuda.synchronize()
+print(os.getuid(), float(x[0].item()))
+dist.destroy_process_group()
+"""
+
+
+def test_cuda_and_nccl_work_in_the_full_confinement(tmp_path: Path) -> None:
+    """The uid, cgroups, seccomp filter and loopback-only network of a single-node attempt
+    (containment.py) leave CUDA and an NCCL collective working."""
+    from ampfleet.core.settings import get_settings
+    from ampfleet.workers.containment import Contained, UidPool
+    from tests.support.env import environment
+
+    values = {
+        "AMPFLEET_DATA_DIR": str(tmp_path / "var"),
+        "AMPFLEET_ENVIRONMENT": "test",
+        "AMPFLEET_SECRET_KEY": "test-secret-not-for-production",
+    }
+    with environment(values):
+        settings = get_settings()
+        run_dir = tmp_path / "var" / "run"
+        pool = UidPool(settings.sandbox_first_uid, settings.sandbox_uid_count)
+        contained = Contained.prepare(
+            settings, pool, name="gpu-test", nnodes=1, memory_mb=32 * 1024, writable=[run_dir]
+        )
+        try:
+            command = contained.command(
+                [sys.executable, "-c", NCCL_PROGRAM],
+                settings,
+                writable=[run_dir],
+                readable=[],
+                devices=device_nodes((0,)),
+            )
+            env = {
+                **os.environ,
+                **contained.environment(),
+                "CUDA_VISIBLE_DEVICES": "0",
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            }
+            result = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+                env=env,
+                preexec_fn=contained.enter,
+                pass_fds=contained.pass_fds,
+            )
+        finally:
+            contained.close()
+    assert result.returncode == 0, result.stderr[-2000:]
+    uid, value = result.stdout.split()
+    assert uid != "0"
+    assert float(value) == 1.0
