@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import queue
 import threading
 import time
 from collections import Counter
@@ -42,6 +41,7 @@ from ampfleet.workers.checkpoint_archive import (
     pack,
     unpack,
 )
+from ampfleet.workers.fair_queue import FairQueue
 from ampfleet.workers.ingest import count_rejected
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class ArtifactUploader:
     def __init__(self, settings: Settings, store: Callable[[], ArtifactStore] = get_store) -> None:
         self.settings = settings
         self._store = store
-        self._queue: queue.Queue[PendingUpload | None] = queue.Queue()
+        self._queue: FairQueue[PendingUpload] = FairQueue()  # attempts take turns
         self._pending: Counter[AttemptKey] = Counter()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="artifact-uploads", daemon=True)
@@ -94,7 +94,7 @@ class ArtifactUploader:
         self._thread.start()
 
     def stop(self, timeout: float) -> None:
-        self._queue.put(None)
+        self._queue.close()
         self._thread.join(timeout=timeout)
         self._restores.shutdown(wait=False, cancel_futures=True)
 
@@ -112,7 +112,7 @@ class ArtifactUploader:
                 continue
             with self._lock:
                 self._pending[key] += 1
-            self._queue.put(upload)
+            self._queue.put(key, upload)
 
     def settled(self, key: AttemptKey) -> bool:
         """Whether every upload of the attempt handed over so far is done (or given up)."""
