@@ -8,7 +8,8 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 PYTEST_FLAGS ?=
 
-.PHONY: install run test test-all lint format bench clean ui-deps metrics-deps sandbox-deps
+.PHONY: install run test test-all lint format bench clean ui-deps metrics-deps sandbox-deps \
+	services-deps
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +34,15 @@ sandbox-deps:
 	command -v bwrap >/dev/null || { apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap; }
 
+# The test session starts PostgreSQL and Redis servers of its own (tests/support/services.py)
+# from Debian's packages; no service needs to run, nor any cluster to be configured.
+services-deps:
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	test -z "$$missing" || { apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; }
+
 # The /metrics test checks the exposition with promtool, from Debian's prometheus package
 # (no smaller one carries it; without recommends it is a dozen small packages).
 metrics-deps:
@@ -44,10 +54,10 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy ampfleet
 
-test: lint ui-deps metrics-deps sandbox-deps
+test: lint ui-deps metrics-deps sandbox-deps services-deps
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_FLAGS)
 
-test-all: lint ui-deps metrics-deps sandbox-deps
+test-all: lint ui-deps metrics-deps sandbox-deps services-deps
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)
 
 format: install
