@@ -5,33 +5,61 @@ BIN := $(VENV)/bin
 # Install torch on its own, first: a bare `torch` requirement on a machine without it
 # resolves to a multi-GB CUDA build. Override (e.g. a CUDA wheel) on GPU hosts.
 TORCH_SPEC ?= torch==2.13.0
-STAMP := $(VENV)/.installed-stamp
+# What running needs, then what testing adds (the dev tools): `make run` stops at the first.
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
 PYTEST_FLAGS ?=
 
-.PHONY: install run test test-all lint format bench clean ui-deps metrics-deps sandbox-deps
+.PHONY: install install-dev run test test-all lint format bench clean ui-deps metrics-deps \
+	sandbox-deps services-deps
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[all]"
+	touch $@
+
+$(TEST_STAMP): $(RUN_STAMP)
 	$(BIN)/python -m pip install -q -e ".[all,dev,plot]"
 	touch $@
 
-install: $(STAMP)
+install: $(RUN_STAMP)
 
-run: install sandbox-deps
+install-dev: $(TEST_STAMP)
+
+# Bubblewrap only where it can be installed (root): without it the service still starts, and
+# refuses bundled code at submit saying why.
+NO_SANDBOX := note: bubblewrap is not installed (make sandbox-deps, as root, installs it); \
+	until it is, the service refuses bundled code, saying why
+run: install
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory sandbox-deps || echo "$(NO_SANDBOX)"; \
+	elif ! command -v bwrap >/dev/null; then echo "$(NO_SANDBOX)"; fi
 	$(BIN)/ampfleet migrate
 	$(BIN)/ampfleet up
 
 # The console's browser tests drive Debian's chromium (playwright comes with the dev extra).
-ui-deps: install
+ui-deps: install-dev
 	test -x /usr/bin/chromium || { apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; }
 
-# Ranks that run bundled code run inside Debian's bubblewrap.
+# Ranks that run bundled code run inside Debian's bubblewrap, their network namespaces are
+# set up with Debian's nftables.
 sandbox-deps:
-	command -v bwrap >/dev/null || { apt-get update -q && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap; }
+	@missing=""; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v nft >/dev/null || missing="$$missing nftables"; \
+	test -z "$$missing" || { apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; }
+
+# The test session starts PostgreSQL and Redis servers of its own (tests/support/services.py)
+# from Debian's packages; no service needs to run, nor any cluster to be configured.
+services-deps:
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	test -z "$$missing" || { apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; }
 
 # The /metrics test checks the exposition with promtool, from Debian's prometheus package
 # (no smaller one carries it; without recommends it is a dozen small packages).
@@ -39,18 +67,18 @@ metrics-deps:
 	command -v promtool >/dev/null || { apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy ampfleet
 
-test: lint ui-deps metrics-deps sandbox-deps
+test: lint ui-deps metrics-deps sandbox-deps services-deps
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_FLAGS)
 
-test-all: lint ui-deps metrics-deps sandbox-deps
+test-all: lint ui-deps metrics-deps sandbox-deps services-deps
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)
 
-format: install
+format: install-dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 

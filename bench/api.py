@@ -26,6 +26,7 @@ from ampfleet.api.observability import nearest_rank
 from tests.support.env import fresh_postgres_database
 from tests.support.factories import job_spec
 from tests.support.fleet import free_port
+from tests.support.services import services
 
 
 @contextmanager
@@ -97,7 +98,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, fresh_postgres_database("ampfleet_bench") as db:
         env = {
             "AMPFLEET_DATABASE_URL": db,
-            "AMPFLEET_BROKER_URL": "redis://127.0.0.1:6379/13",
+            "AMPFLEET_BROKER_URL": services().redis_url(13),
             "AMPFLEET_DATA_DIR": tmp,
             "AMPFLEET_RATE_LIMIT_PER_S": "1000000",
             "AMPFLEET_RATE_LIMIT_BURST": "1000000",

@@ -49,8 +49,9 @@ from ampfleet.core.roles import Role
 from ampfleet.core.settings import get_settings
 from tests.support.env import environment, fresh_postgres_database
 from tests.support.factories import job_spec
-from tests.support.fleet import REDIS_URL, free_port
+from tests.support.fleet import FLEET_REDIS_DB, free_port
 from tests.support.seaweedfs import S3Server, running_seaweedfs
+from tests.support.services import services
 
 BUCKET = "bench-download"
 NAME = "model.safetensors"
@@ -216,7 +217,9 @@ def main() -> None:
             "AMPFLEET_ENVIRONMENT": "test",
             "AMPFLEET_SECRET_KEY": "bench-secret-not-for-production",
             "AMPFLEET_DATABASE_URL": stack.enter_context(fresh_postgres_database("ampfleet_bench")),
-            "AMPFLEET_BROKER_URL": REDIS_URL,  # keys of its own, as a test fleet's
+            "AMPFLEET_BROKER_URL": services().redis_url(
+                FLEET_REDIS_DB
+            ),  # keys of its own, as a fleet's
             "AMPFLEET_BROKER_KEY_PREFIX": f"ampfleet-bench-{prefix}:",
             "AMPFLEET_DATA_DIR": str(root / "var"),
             **s3.environment(BUCKET, prefix),

@@ -221,6 +221,7 @@ def drain(writer: Callable[[Session, snapshot.Snapshot, Decision], int]) -> tupl
 
 def in_postgres() -> None:
     from tests.support.env import environment, fresh_postgres_database
+    from tests.support.services import services
 
     queue, fleet = make_scenario()
     results = {}
@@ -228,7 +229,7 @@ def in_postgres() -> None:
         with (
             fresh_postgres_database("ampfleet_bench") as url,
             environment(
-                {"AMPFLEET_DATABASE_URL": url, "AMPFLEET_BROKER_URL": "redis://127.0.0.1:6379/13"}
+                {"AMPFLEET_DATABASE_URL": url, "AMPFLEET_BROKER_URL": services().redis_url(13)}
             ),
         ):
             seed(queue, fleet)

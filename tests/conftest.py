@@ -1,4 +1,5 @@
-"""Shared fixtures: real PostgreSQL and Redis, and the embedded default (SQLite + files)."""
+"""Shared fixtures: real PostgreSQL and Redis (the session's own servers, or those an operator
+names: tests/support/services.py), and the embedded default (SQLite + files)."""
 
 from __future__ import annotations
 
@@ -22,17 +23,17 @@ from ampfleet.core.settings import get_settings
 from tests.support.env import empty_tables, environment, fresh_postgres_database
 from tests.support.fleet import FLEET_CONFIGURATIONS, Fleet, FleetFactory, running_fleet
 from tests.support.seaweedfs import S3Server, running_seaweedfs
-from tests.support.services import ensure_services
+from tests.support.services import services, services_problem, stop_services
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    missing = ensure_services()
-    if missing:
-        pytest.exit(
-            "the test suite needs real services, and these are not running and could not be "
-            f"started: {', '.join(missing)}",
-            returncode=3,
-        )
+    problem = services_problem()  # the servers themselves start when a test first asks
+    if problem:
+        pytest.exit(problem, returncode=3)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    stop_services()
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects what this marks
@@ -71,12 +72,12 @@ def postgres_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    # Its own database index lets two test runs share the one Redis without flushing each
-    # other's keys.
-    db_index = int(os.environ.get("AMPFLEET_TEST_REDIS_DB", "15"))
-    client = redis.Redis.from_url(f"redis://127.0.0.1:6379/{db_index}")
+    # Its own database index lets two test runs share one Redis an operator names without
+    # flushing each other's keys.
+    url = services().redis_url(int(os.environ.get("AMPFLEET_TEST_REDIS_DB", "15")))
+    client = redis.Redis.from_url(url)
     client.flushdb()
-    yield f"redis://127.0.0.1:6379/{db_index}"
+    yield url
     client.flushdb()
 
 

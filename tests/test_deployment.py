@@ -32,6 +32,14 @@ def test_compose_has_every_role_with_health_gates() -> None:
     assert svc["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
 
 
+def test_the_api_healthcheck_probes_liveness() -> None:
+    """A restarter acting on the container's health must not restart the API for a database
+    outage: the check is /healthz (liveness), not /readyz."""
+    check = " ".join(services()["api"]["healthcheck"]["test"])
+    assert "/healthz" in check
+    assert "/readyz" not in check
+
+
 def test_api_and_worker_use_the_object_store() -> None:
     svc = services()
     for name in ("api", "worker"):

@@ -45,6 +45,8 @@ HEADERS = {
 }
 # Endpoints that answer with a Location header.
 LOCATION_OPERATIONS = {"submitJob"}
+# Endpoints that touch no database, so never answer 503 for it (liveness: api/health/).
+DATABASE_FREE_OPERATIONS = {"getHealth"}
 
 
 def operation_id(route: APIRoute) -> str:
@@ -87,7 +89,8 @@ def complete(document: dict[str, Any]) -> dict[str, Any]:
 def _complete_operation(operation: dict[str, Any]) -> None:
     _drop_accept_parameter(operation)
     answers: dict[str, Any] = operation.setdefault("responses", {})
-    added = [503]  # any route may find the database unavailable
+    # Any other route may find the database unavailable.
+    added = [] if operation.get("operationId") in DATABASE_FREE_OPERATIONS else [503]
     if operation.get("security"):  # the key check, which also takes from the rate limit
         added += [401, 429]
     if any(p.get("in") == "path" for p in operation.get("parameters", [])):

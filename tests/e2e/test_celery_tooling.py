@@ -19,7 +19,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_monitoring_is_off_by_default_and_the_prefix_gets_a_separator() -> None:
-    conf = make_celery(Settings(broker_url="redis://127.0.0.1:6379/0")).conf
+    conf = make_celery(Settings(broker_url="redis://broker.invalid/0")).conf
     assert not conf.worker_enable_remote_control
     assert not conf.worker_send_task_events
     assert Settings(broker_key_prefix="clients").redis_key_prefix == "clients:"

@@ -13,8 +13,7 @@ from sqlalchemy import text
 from ampfleet.core import db, messaging, recipes, settings
 from ampfleet.core.migrate import upgrade
 from ampfleet.core.models import Base
-
-ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+from tests.support.services import services
 
 
 def reset_caches() -> None:
@@ -49,17 +48,19 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 
 @contextmanager
 def fresh_postgres_database(prefix: str = "ampfleet_test", migrate: bool = True) -> Iterator[str]:
-    """A new PostgreSQL database, migrated unless told otherwise; dropped afterwards."""
+    """A new database on the session's PostgreSQL, migrated unless told otherwise; dropped
+    afterwards."""
+    server = services()
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+    with psycopg.connect(server.postgres, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    url = server.database_url(name)
     try:
         if migrate:
             upgrade(url)
         yield url
     finally:
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+        with psycopg.connect(server.postgres, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

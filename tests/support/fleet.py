@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,16 +19,12 @@ import httpx
 import redis
 
 from tests.support.env import fresh_postgres_database
+from tests.support.ports import free_port
+from tests.support.services import services
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"}
 FLEET_CONFIGURATIONS = ("postgres+redis", "embedded")
 """What a fleet runs on: PostgreSQL and Redis, or SQLite and broker files (`make run`)."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Fleet:
@@ -228,7 +223,8 @@ def rank_processes(job_id: str) -> list[int]:
     return pids
 
 
-REDIS_URL = "redis://127.0.0.1:6379/14"
+FLEET_REDIS_DB = 14
+"""The database index of the session's Redis that fleets share, each under a key prefix."""
 
 
 @contextmanager
@@ -248,15 +244,16 @@ def running_fleet(
             fleet = Fleet(root, database_url="", broker_url="", **kwargs)
         else:
             extra = dict(kwargs.pop("extra_env", {}))
-            if broker_url is None:  # the shared Redis: keys of this fleet's own
+            if broker_url is None:  # the session's Redis: keys of this fleet's own
+                broker_url = services().redis_url(FLEET_REDIS_DB)
                 prefix = f"ampfleet-test-{uuid.uuid4().hex[:8]}:"
-                client = redis.Redis.from_url(REDIS_URL)
+                client = redis.Redis.from_url(broker_url)
                 stack.callback(lambda: [client.delete(k) for k in client.scan_iter(f"{prefix}*")])
                 extra["AMPFLEET_BROKER_KEY_PREFIX"] = prefix
             fleet = Fleet(
                 root,
                 database_url=database_url or stack.enter_context(fresh_postgres_database()),
-                broker_url=broker_url or REDIS_URL,
+                broker_url=broker_url,
                 extra_env=extra,
                 **kwargs,
             )

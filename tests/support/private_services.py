@@ -1,10 +1,12 @@
-"""PostgreSQL and Redis servers of a test's own, on free ports, that it may stop and start
-at will without disturbing the shared ones other tests use."""
+"""PostgreSQL and Redis servers of one's own, on free ports: the test session's shared pair
+(tests/support/services.py), and those of tests that stop and start theirs at will without
+disturbing the session's."""
 
 from __future__ import annotations
 
 import glob
 import os
+import pwd
 import shutil
 import subprocess
 import tempfile
@@ -13,8 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.support.fleet import free_port
-from tests.support.services import reachable
+from tests.support.ports import free_port, reachable
 
 
 def _wait(port: int, up: bool, timeout: float = 30, host: str = "127.0.0.1") -> None:
@@ -71,7 +72,7 @@ class PrivateRedis:
 @contextmanager
 def private_redis(root: Path, host: str = "127.0.0.1") -> Iterator[PrivateRedis]:
     """`host`: the address it listens on (a network bed's root side, say)."""
-    if shutil.which("redis-server") is None:
+    if "redis-server" in missing_packages():
         raise AssertionError("redis-server is not installed")
     server = PrivateRedis(root, host)
     server.start()
@@ -81,16 +82,49 @@ def private_redis(root: Path, host: str = "127.0.0.1") -> Iterator[PrivateRedis]
         server.stop()
 
 
-class PrivatePostgres:
-    """A throwaway cluster (initdb) run by the `postgres` system user."""
+def missing_packages() -> list[str]:
+    """The Debian packages these servers need that are not installed."""
+    missing = [] if postgres_binaries() else ["postgresql"]
+    return missing + ([] if shutil.which("redis-server") else ["redis-server"])
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+
+def postgres_binaries() -> Path | None:
+    """The newest installed PostgreSQL server's bin folder (Debian's layout), if any."""
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=_version)
+    return Path(versions[-1]).parent if versions else None
+
+
+def _version(initdb: str) -> int:
+    return int(Path(initdb).parent.parent.name.split(".")[0])
+
+
+def _server_user() -> str | None:
+    """Who runs the server: initdb refuses root, so root hands it to the `postgres` user
+    Debian's package creates, or to `nobody` where there is none; anyone else runs it."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        return "nobody"
+    return "postgres"
+
+
+class PrivatePostgres:
+    """A throwaway cluster (initdb) run by an unprivileged user.
+
+    `durable=False` turns off fsync and synchronous commit: for a server whose data nobody
+    needs after the session, no test of which crashes it."""
+
+    def __init__(self, host: str = "127.0.0.1", *, durable: bool = True) -> None:
         self.host = host
-        versions = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
-        if not versions:
+        self.durable = durable
+        binaries = postgres_binaries()
+        if binaries is None:
             raise AssertionError("PostgreSQL server binaries are not installed")
-        self.bin = Path(versions[-1])
-        # Not under pytest's tmp_path: the postgres user must be able to reach the folder.
+        self.bin = binaries
+        self.user = _server_user()
+        # Not under pytest's tmp_path: the server's user must be able to reach the folder.
         self.root = Path(tempfile.mkdtemp(prefix="ampfleet-pg-"))
         self.root.chmod(0o755)
         self.data = self.root / "pgdata"
@@ -101,13 +135,16 @@ class PrivatePostgres:
         return f"postgresql+psycopg://postgres@{self.host}:{self.port}/postgres"
 
     def _as_postgres(self, *args: str) -> None:
-        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        subprocess.run([*prefix, *args], check=True, capture_output=True)
+        prefix = ["runuser", "-u", self.user, "--"] if self.user else []
+        done = subprocess.run([*prefix, *args], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise AssertionError(f"{' '.join(args[:1])} failed: {done.stderr.strip()[-2000:]}")
 
     def init(self) -> None:
         self.data.mkdir(parents=True)
-        if os.geteuid() == 0:
-            shutil.chown(self.data, "postgres", "postgres")
+        if self.user:
+            account = pwd.getpwnam(self.user)
+            os.chown(self.data, account.pw_uid, account.pw_gid)
         self._as_postgres(
             str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust"
         )
@@ -117,6 +154,8 @@ class PrivatePostgres:
 
     def start(self) -> None:
         options = f"-p {self.port} -k {self.data} -c listen_addresses={self.host}"
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._as_postgres(
             str(self.bin / "pg_ctl"),
             "-D",
@@ -138,9 +177,9 @@ class PrivatePostgres:
 
 
 @contextmanager
-def private_postgres(host: str = "127.0.0.1") -> Iterator[PrivatePostgres]:
+def private_postgres(host: str = "127.0.0.1", *, durable: bool = True) -> Iterator[PrivatePostgres]:
     """`host`: the address it listens on, trusting clients on that address's subnet."""
-    server = PrivatePostgres(host)
+    server = PrivatePostgres(host, durable=durable)
     try:
         server.init()
         server.start()

@@ -8,21 +8,19 @@ from fastapi import APIRouter, BackgroundTasks, Depends, Request, Security
 from fastapi.responses import PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel
-from sqlalchemy import text
 
 from ampfleet.api.auth import admin_principal, api_key_header, bearer, current_principal
 from ampfleet.api.deps import SessionDep
-from ampfleet.api.errors import ErrorDetail, ServiceUnavailableError, responses
+from ampfleet.api.errors import ServiceUnavailableError, responses
+from ampfleet.api.health.service import unavailable
 from ampfleet.api.observability import fleet_lines, http_metrics
-from ampfleet.core.messaging import broker_reachable
 from ampfleet.core.settings import get_settings
 
 router = APIRouter(tags=["operations"])
 
 
-class Health(BaseModel):
+class Liveness(BaseModel):
     status: str
-    database: str
 
 
 class Readiness(BaseModel):
@@ -31,25 +29,35 @@ class Readiness(BaseModel):
     broker: str
 
 
-@router.get("/healthz", response_model=Health, responses=responses(503), summary="Liveness")
-def healthz(session: SessionDep) -> Health:
-    session.execute(text("SELECT 1"))  # OperationalError becomes 503 in the envelope
-    return Health(status="ok", database="ok")
+# HEAD as well as GET, for load balancers and probes that ask without a body; kept out of
+# the OpenAPI document, where it would be a second operation of the same name.
+@router.head("/healthz", include_in_schema=False)
+@router.get(
+    "/healthz",
+    response_model=Liveness,
+    summary="Liveness: the process serves",
+    description="200 while the process answers HTTP, whatever the database and the broker "
+    "do (they are /readyz's): restart the process when this fails. Also answers HEAD.",
+)
+def healthz() -> Liveness:
+    return Liveness(status="ok")
 
 
+@router.head("/readyz", include_in_schema=False)
 @router.get(
     "/readyz",
     response_model=Readiness,
     responses=responses(503),
     summary="Readiness: the database answers and the broker accepts connections",
+    description="503 naming each dependency that is unavailable (one detail per field, "
+    "`database` or `broker`): send no traffic here until it answers 200. Also answers HEAD.",
 )
 def readyz(session: SessionDep) -> Readiness:
-    session.execute(text("SELECT 1"))
-    problem = broker_reachable()
-    if problem:
-        raise ServiceUnavailableError(
-            "the broker is unavailable", [ErrorDetail(field="broker", message=problem)]
-        )
+    problems = unavailable(session)
+    if problems:
+        names = " and the ".join(problem.field or "" for problem in problems)
+        verb = "is" if len(problems) == 1 else "are"
+        raise ServiceUnavailableError(f"not ready: the {names} {verb} unavailable", problems)
     return Readiness(status="ready", database="ok", broker="ok")
 
 
