@@ -177,7 +177,8 @@ class Monitoring(_Strict):
         3,
         ge=1,
         le=1000,
-        description="... on this many reported steps in a row is a straggler (an event).",
+        description="... on this many reported steps in a row is a straggler (an event); "
+        "it keeps pace again (another) at most halfway back to the others' pace as long.",
     )
 
 

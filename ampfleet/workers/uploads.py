@@ -10,6 +10,11 @@ supervisor's transaction, so a slow or unreachable store never stalls a step. An
 outcome waits (bounded) until its uploads are done: the model is listed by the time the job is
 SUCCEEDED, and a requeued job's last checkpoint is in the store for whichever node runs it
 next. A failed upload is retried with backoff and, in the end, reported as a job event.
+
+When the store is slower than the ranks checkpoint, a checkpoint with a later one of its job
+waiting behind it is passed over: the store gets the newest, never falls further behind. The
+ranks keep what the store lacks (stored_checkpoints.py: told before each launch and after
+each checkpoint listed), so nothing is deleted before its upload.
 """
 
 from __future__ import annotations
@@ -31,9 +36,9 @@ from ampfleet.core.artifact_names import PROFILE_KIND
 from ampfleet.core.artifacts import ArtifactStore, catalog, get_store, object_key
 from ampfleet.core.db import get_read_sessionmaker, session_scope
 from ampfleet.core.lifecycle import record_event
-from ampfleet.core.models import Job
+from ampfleet.core.models import Artifact, Job
 from ampfleet.core.settings import Settings
-from ampfleet.workers import beneath
+from ampfleet.workers import beneath, stored_checkpoints
 from ampfleet.workers.checkpoint_archive import (
     BoundedReader,
     TooLargeError,
@@ -85,6 +90,9 @@ class ArtifactUploader:
         self._store = store
         self._queue: FairQueue[PendingUpload] = FairQueue()  # attempts take turns
         self._pending: Counter[AttemptKey] = Counter()
+        self._checkpoints_waiting: Counter[str] = Counter()
+        """Each job's checkpoints handed over and not yet taken up."""
+        self._telling = threading.Lock()  # the restore thread and this one write stored.json
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="artifact-uploads", daemon=True)
         # Restores have their own thread: a launch never waits behind another job's uploads.
@@ -112,6 +120,8 @@ class ArtifactUploader:
                 continue
             with self._lock:
                 self._pending[key] += 1
+                if upload.kind == catalog.CHECKPOINT:
+                    self._checkpoints_waiting[upload.job_id] += 1
             self._queue.put(key, upload)
 
     def settled(self, key: AttemptKey) -> bool:
@@ -126,12 +136,26 @@ class ArtifactUploader:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), UPLOAD_NICENESS)
         while (upload := self._queue.get()) is not None:
             try:
-                self._upload(upload)
+                if not self._superseded(upload):
+                    self._upload(upload)
             except Exception:
                 log.exception("artifact %s of %s failed", upload.name, upload.job_id)
             finally:
                 with self._lock:
                     self._pending[(upload.job_id, upload.attempt)] -= 1
+
+    def _superseded(self, upload: PendingUpload) -> bool:
+        """A checkpoint with a later one of its job waiting behind it: the store gets that."""
+        if upload.kind != catalog.CHECKPOINT:
+            return False
+        with self._lock:
+            self._checkpoints_waiting[upload.job_id] -= 1
+            later = self._checkpoints_waiting[upload.job_id] > 0
+            if not later:
+                del self._checkpoints_waiting[upload.job_id]
+        if later:
+            log.info("passing over %s of %s: a later checkpoint waits", upload.name, upload.job_id)
+        return later
 
     def _refuse(self, key: AttemptKey, name: object, exc: Exception) -> None:
         """A file the ranks handed over that the agent will not read: said as a job event."""
@@ -157,7 +181,8 @@ class ArtifactUploader:
                 self._refuse((upload.job_id, upload.attempt), upload.name, exc)
                 return
             except FileNotFoundError:
-                # Pruned by the loop's keep-last-K before its turn came: a later one is queued.
+                # Deleted by the ranks (keep-last-K past what it keeps for the store, in an
+                # event of theirs, or ranks that ignore stored.json): a later one is queued.
                 log.info("artifact %s of %s is gone before upload", upload.name, upload.job_id)
                 return
             except Exception as exc:
@@ -188,6 +213,7 @@ class ArtifactUploader:
                     raise TooLargeError(f"over the largest artifact, {limit} bytes")
                 stored = store.put_stream(cast(BinaryIO, BoundedReader(source, limit)))
             content_type = CONTENT_TYPES.get(relative.suffix, "application/octet-stream")
+        newest: int | None = None
         with session_scope() as session:
             job = session.get(Job, upload.job_id)
             if job is None:  # deleted meanwhile: its object is nobody's
@@ -210,9 +236,12 @@ class ArtifactUploader:
                 if upload.kind == catalog.CHECKPOINT:
                     keep = int(job.resolved["checkpoint"]["keep_last"])
                     dropped += catalog.prune_checkpoints(session, job.id, keep)
+                    newest = _step_of(catalog.latest_checkpoint(session, job.id))
                 garbage = catalog.unreferenced(session, dropped)
         for sha256 in garbage:  # after the commit: a row never names a deleted object
             store.delete(object_key(sha256))
+        if upload.kind == catalog.CHECKPOINT and job is not None:
+            self._tell_ranks(upload.job_id, newest)  # after the commit, too
 
     def _report_failure(self, upload: PendingUpload, exc: Exception) -> None:
         log.error("giving up on artifact %s of %s: %s", upload.name, upload.job_id, exc)
@@ -252,6 +281,7 @@ class ArtifactUploader:
         """The names of the files it put in place; none when the node had them already."""
         with get_read_sessionmaker()() as session:
             row = catalog.latest_checkpoint(session, job_id)
+            self._tell_ranks(job_id, _step_of(row))  # before the launch: what the store has
             if row is None:
                 return []
             sha256, files = row.sha256, list(row.details.get("files", []))
@@ -268,6 +298,16 @@ class ArtifactUploader:
         log.info("restored %d checkpoint file(s) of %s from the store", len(restored), job_id)
         return restored
 
+    def _tell_ranks(self, job_id: str, newest_step: int | None) -> None:
+        """stored.json in the job's checkpoint folder: what its ranks' keep-last-K spares."""
+        folder = self.settings.checkpoints_dir / job_id
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with self._telling:
+                stored_checkpoints.tell_ranks(folder, newest_step)
+        except OSError as exc:  # the ranks keep what they were told last, or keep-last-K
+            log.warning("could not tell the ranks of %s what the store has: %s", job_id, exc)
+
     def _report_restore_failure(self, job_id: str, exc: Exception) -> None:
         try:
             with session_scope() as session:
@@ -282,3 +322,7 @@ class ArtifactUploader:
                     )
         except Exception:
             log.exception("could not record the failed restore of %s", job_id)
+
+
+def _step_of(row: Artifact | None) -> int | None:
+    return None if row is None else row.step

@@ -25,6 +25,8 @@ from ampfleet.core.db import session_scope
 from ampfleet.core.models import Artifact, JobEvent
 from ampfleet.core.settings import get_settings
 from ampfleet.core.states import JobState
+from ampfleet.workers import stored_checkpoints
+from ampfleet.workers.stored_checkpoints import Stored
 from ampfleet.workers.training.checkpoint import artifact_record
 from ampfleet.workers.uploads import ArtifactUploader
 from tests.support.env import environment
@@ -76,9 +78,9 @@ def test_checkpoints_are_listed_pruned_and_restored(
 ) -> None:
     job_id = insert_job(state=JobState.RUNNING, attempt=1)  # keep_last is 2
     folder = tmp_path / "node-a" / job_id
-    records = [_write_checkpoint(folder, step) for step in (10, 20, 30)]
-    uploader.submit((job_id, 1), records, [tmp_path])
-    _settle(uploader, (job_id, 1))
+    for step in (10, 20, 30):  # each uploaded before the next is made
+        uploader.submit((job_id, 1), [_write_checkpoint(folder, step)], [tmp_path])
+        _settle(uploader, (job_id, 1))
 
     rows = _rows(job_id)
     assert [(r.name, r.step, r.kind, r.attempt) for r in rows] == [
@@ -110,6 +112,26 @@ def test_checkpoints_are_listed_pruned_and_restored(
     restored = sorted(f"{p.parent.name}/{p.name}" for p in elsewhere.glob("*/*"))
     assert restored == rows[1].details["files"]
     assert uploader.restore(job_id) == []
+
+
+def test_a_checkpoint_with_a_later_one_waiting_is_passed_over_and_the_ranks_told(
+    uploader: ArtifactUploader, tmp_path: Path
+) -> None:
+    """A store slower than the ranks checkpoint: of the checkpoints waiting, the newest is
+    uploaded (the store never falls further behind), and the job's checkpoint folder says
+    which step the store has (stored_checkpoints.py), before the launch and after it."""
+    job_id = insert_job(state=JobState.RUNNING, attempt=1)
+    ranks_folder = get_settings().checkpoints_dir / job_id
+    assert uploader.restore(job_id) == []  # before the launch: the store has none
+    assert stored_checkpoints.read(ranks_folder) == Stored(newest_step=None)
+
+    folder = tmp_path / "node-a" / job_id
+    records = [_write_checkpoint(folder, step) for step in (10, 20, 30)]
+    uploader.submit((job_id, 1), records, [tmp_path])
+    _settle(uploader, (job_id, 1))
+    assert [(r.name, r.step) for r in _rows(job_id)] == [(checkpoint_name(30), 30)]
+    assert len(list(get_store().keys())) == 1
+    assert stored_checkpoints.read(ranks_folder) == Stored(newest_step=30)
 
 
 def test_listing_is_idempotent_and_a_job_without_checkpoints_restores_nothing(

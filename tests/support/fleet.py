@@ -97,6 +97,10 @@ class Fleet:
             cwd=self.root,
         )
 
+    def start_api(self) -> None:
+        """The API process (again, after a test killed it), on the fleet's port."""
+        self._spawn("api", ["api"])
+
     def start_scheduler(self, name: str) -> None:
         self._spawn(name, ["scheduler"])
 
@@ -127,7 +131,7 @@ class Fleet:
             cwd=self.root,
         ).stdout.strip()
         self.http.headers["Authorization"] = f"Bearer {self.admin_key}"
-        self._spawn("api", ["api"])
+        self.start_api()
         for index in range(self.schedulers):
             self._spawn("scheduler" if index == 0 else f"scheduler-{index + 1}", ["scheduler"])
         for node in self.node_names:

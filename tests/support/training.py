@@ -62,6 +62,8 @@ def train_recipe(
     max_steps: int | None = 30,
     runtime_s: float | None = None,
     checkpoint_every: int = 0,
+    keep_last: int = 3,
+    checkpoint_dir: str | None = None,
     inf_calls: tuple[int, int] | None = None,
     crash_call: int | None = None,
     hyperparameters: dict[str, Any] | None = None,
@@ -84,7 +86,8 @@ def train_recipe(
         `profiles`: out_dir is also the run folder profile requests arrive in; `in_run_dir`: out_dir
         is the run folder (the ranks beat there). `slow_rank`: (rank, seconds) added to each of
         that rank's forward passes. `monitoring`: LoopConfig's straggler fields. `attempt`: the
-    job's attempt the run stands for."""
+    job's attempt the run stands for. `checkpoint_dir`: the job's checkpoint folder (default:
+    out_dir/checkpoints)."""
     torch.manual_seed(seed)
     definition = get_recipe(recipe)
     task = definition.build(
@@ -113,8 +116,8 @@ def train_recipe(
         eval_every_steps=eval_every,
         log_every_steps=1,
         checkpoint_every_steps=checkpoint_every,
-        keep_last_checkpoints=3,
-        checkpoint_dir=Path(out_dir) / "checkpoints",
+        keep_last_checkpoints=keep_last,
+        checkpoint_dir=Path(checkpoint_dir or Path(out_dir) / "checkpoints"),
         guard_every_steps=guard_every,
         parallel=ParallelConfig(strategy=strategy, **(parallelism or {})),
         train_until=None if runtime_s is None else time.monotonic() + runtime_s,

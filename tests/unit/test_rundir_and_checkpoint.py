@@ -9,6 +9,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
+from ampfleet.workers import stored_checkpoints
 from ampfleet.workers.ingest import AttemptFeed
 from ampfleet.workers.rundir import RecordReader, RecordWriter, RunDir
 from ampfleet.workers.training import checkpoint
@@ -99,6 +100,42 @@ def test_checkpoints_are_atomic_pruned_and_reload(tmp_path: Path, one_rank: None
     state = {"model": fresh.state_dict()}
     checkpoint.load(latest, state)
     assert torch.equal(state["model"]["weight"], model.weight)
+
+
+def test_keep_last_spares_what_the_store_lacks_and_says_what_it_gives_up(
+    tmp_path: Path, one_rank: None
+) -> None:
+    """Where the agent says what the store lists (stored.json), keep-last-K keeps every
+    checkpoint newer than that, up to AWAITING_UPLOAD_AT_MOST beyond the last K; one it
+    deletes past that is handed to `on_given_up` (an event); once the store lists a step,
+    the checkpoints up to it go as keep-last-K says. (Without the file: keep-last-K, above.)"""
+    model, folder = torch.nn.Linear(3, 2), tmp_path / "ckpt"
+    folder.mkdir()
+    stored_checkpoints.tell_ranks(folder, None)  # the agent, before the launch
+    given_up: list[tuple[list[int], int | None]] = []
+    manager = checkpoint.CheckpointManager(
+        folder,
+        rank=0,
+        keep_last=2,
+        on_given_up=lambda steps, stored: given_up.append((steps, stored.newest_step)),
+    )
+    assert checkpoint.AWAITING_UPLOAD_AT_MOST == 4
+    for step in range(1, 7):  # the last 2, and 4 waiting for the store
+        _saved(manager, step, model)
+    assert checkpoint.steps_available(folder) == [1, 2, 3, 4, 5, 6]
+    assert given_up == []
+    _saved(manager, 7, model)  # one too many: the newest waiting one beyond the last K goes
+    assert checkpoint.steps_available(folder) == [1, 2, 3, 4, 6, 7]
+    assert given_up == [([5], None)]
+
+    stored_checkpoints.tell_ranks(folder, 3)  # the store listed step 3
+    _saved(manager, 8, model)
+    assert checkpoint.steps_available(folder) == [4, 6, 7, 8]
+    stored_checkpoints.tell_ranks(folder, 8)
+    _saved(manager, 9, model)
+    manager.close()
+    assert checkpoint.steps_available(folder) == [8, 9]
+    assert given_up == [([5], None)]
 
 
 def test_a_failed_write_leaves_the_previous_checkpoint(tmp_path: Path, one_rank: None) -> None:

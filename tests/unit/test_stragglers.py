@@ -1,5 +1,6 @@
 """A rank slower than the others' median for several reported steps is named, once, and
-once more when it keeps pace again; noise and a single slow step are not."""
+once more when it has kept pace for as many; noise, a single slow step and a single fast one
+are not (the watch has hysteresis)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,36 @@ def test_a_rank_slow_for_the_reports_in_a_row_is_a_straggler_once() -> None:
     assert events[0].startswith("rank 2 on node-b is a straggler")
     assert "2.10x at step 60" in events[0]
     assert watch.observe(70, slow)[1] == []  # said once
-    [recovered] = watch.observe(80, healthy)[1]
+    assert watch.observe(80, healthy)[1] == []
+    assert watch.observe(90, healthy)[1] == []
+    [recovered] = watch.observe(100, healthy)[1]
     assert recovered.startswith("rank 2 on node-b keeps pace again")
+    assert "at most 1.25x" in recovered
+
+
+def _observed(watch: StragglerWatch, ratios: list[float]) -> list[str]:
+    """Rank 2 of four at each ratio of the others' pace, one reported step each."""
+    events = []
+    for index, ratio in enumerate(ratios):
+        events += watch.observe(10 * index, [1.0, 1.0, ratio, 1.0])[1]
+    return events
+
+
+def test_a_noisy_rank_is_named_once_not_on_and_off() -> None:
+    """Under CPU contention a slow rank's ratio wanders: mostly above the factor, dipping
+    below it for one report now and then, sometimes to the others' pace. Judged report by
+    report, that was eight events for one straggler; it is one, and one when it is over."""
+    slow_with_dips = [1.7, 1.8, 1.6, 1.3, 1.7, 1.6, 1.9, 1.1, 1.6, 1.7, 1.8, 1.4, 1.6, 1.7, 1.9]
+    back_but_noisy = [1.4, 1.2, 1.3, 1.2, 1.1, 1.0]  # near the factor, then at pace
+    healthy_with_spikes = [1.0, 1.6, 1.0, 1.7, 1.6, 1.1, 1.55, 1.0, 1.6, 1.7, 1.0]
+    watch = StragglerWatch(factor=1.5, reports=3)
+    events = _observed(watch, slow_with_dips + back_but_noisy + healthy_with_spikes)
+    assert [e.split(":")[0] for e in events] == [
+        "rank 2 is a straggler",
+        "rank 2 keeps pace again",
+    ]
+    assert "(1.60x at step 20)" in events[0]
+    assert "(1.00x at step 200)" in events[1]  # the third report in a row at pace
 
 
 def test_one_rank_has_no_others_and_two_ranks_compare_with_each_other() -> None:

@@ -15,6 +15,11 @@ memory and returns; a background thread (with a process group of its own, so its
 collectives never interleave with training's) persists it; `poll` at a step boundary
 publishes a finished one (rename, keep-last-K, the `artifact` record). Loading is DCP's or
 `weights_only=True`: nothing in a checkpoint is unpickled.
+
+Keep-last-K never deletes what the artifact store does not have yet, where an agent uploads
+the checkpoints (stored_checkpoints.py): those newer than the newest the store lists wait for
+it, up to AWAITING_UPLOAD_AT_MOST beyond the last K; one deleted past that is named in an
+event.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from torch.distributed.checkpoint.storage import StorageWriter
 from torch.optim import Optimizer
 
 from ampfleet.core.artifact_names import checkpoint_name
+from ampfleet.workers import stored_checkpoints
+from ampfleet.workers.stored_checkpoints import Stored
 from ampfleet.workers.training.group import new_group
 
 FORMAT_VERSION = 2
@@ -147,6 +154,8 @@ def artifact_record(checkpoint: Path, step: int, lineage: dict[str, Any]) -> dic
 
 
 Published = Callable[[Path, int, dict[str, Any]], None]
+GivenUp = Callable[[list[int], Stored], None]
+"""Told the steps keep-last-K deleted though the store lacked them, and what it has."""
 
 
 _PendingSave = tuple[int, Future[Any], dict[str, Any]]
@@ -164,6 +173,7 @@ class CheckpointManager:
         keep_last: int,
         before_publish: Callable[[], None] = lambda: None,
         on_published: Published | None = None,
+        on_given_up: GivenUp | None = None,
         storage_writer: Callable[[Path], StorageWriter] = FileSystemWriter,
     ) -> None:
         self.directory = directory
@@ -171,6 +181,7 @@ class CheckpointManager:
         self.keep_last = keep_last
         self.before_publish = before_publish
         self.on_published = on_published
+        self.on_given_up = on_given_up
         self.storage_writer = storage_writer
         self._pending: _PendingSave | None = None
         self.last_step: int | None = None
@@ -237,14 +248,33 @@ class CheckpointManager:
             shutil.rmtree(final)
         partial.replace(final)
         _fsync_directory(self.directory)
-        prune(self.directory, self.keep_last)
+        stored = stored_checkpoints.read(self.directory)
+        given_up = prune(self.directory, self.keep_last, stored)
+        if given_up and stored is not None and self.on_given_up is not None:
+            self.on_given_up(given_up, stored)
         if self.on_published is not None:
             self.on_published(final, step, meta)
 
 
-def prune(directory: Path, keep_last: int) -> None:
-    for step in steps_available(directory)[:-keep_last]:
-        shutil.rmtree(checkpoint_path(directory, step), ignore_errors=True)
+AWAITING_UPLOAD_AT_MOST = 4
+"""Checkpoints kept beyond the last K while the store lacks them: a bound on the disk an
+unreachable store can cost."""
+
+
+def prune(directory: Path, keep_last: int, stored: Stored | None = None) -> list[int]:
+    """Deletes all but the newest `keep_last` checkpoints, except, where an agent uploads
+    them (`stored` is what it said the store lists), those newer than the newest the store
+    has: the only copies, kept until the store lists one as new, the oldest
+    AWAITING_UPLOAD_AT_MOST of them (an upload in progress is of the oldest). Returns the
+    steps it deleted that the store never had."""
+    older = steps_available(directory)[:-keep_last]
+    newest = None if stored is None else stored.newest_step
+    awaiting = [] if stored is None else [s for s in older if newest is None or s > newest]
+    kept = set(awaiting[:AWAITING_UPLOAD_AT_MOST])
+    for step in older:
+        if step not in kept:
+            shutil.rmtree(checkpoint_path(directory, step), ignore_errors=True)
+    return [step for step in awaiting if step not in kept]
 
 
 def capture_rng() -> dict[str, Any]:

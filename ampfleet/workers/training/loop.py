@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from ampfleet.core.accounting import AttemptClock
 from ampfleet.workers.heartbeat import Heartbeat, heartbeat_file
 from ampfleet.workers.rundir import RecordWriter, RunDir
+from ampfleet.workers.stored_checkpoints import Stored
 from ampfleet.workers.training import checkpoint
 from ampfleet.workers.training.allreduce import (
     DDP_BUCKET_ELEMENTS,
@@ -202,6 +203,7 @@ class Trainer:
             # records must be on disk before it can become the resume point.
             before_publish=writer.sync if writer is not None else lambda: None,
             on_published=self._published,
+            on_given_up=self._gave_up,
         )
         self.sampler: DistributedSampler[Any] = DistributedSampler(
             task.train_dataset,
@@ -709,6 +711,22 @@ class Trainer:
     def _published(self, path: Path, step: int, meta: dict[str, Any]) -> None:
         """Rank 0, once a checkpoint is complete: the agent uploads its files."""
         self._record("artifact", **checkpoint.artifact_record(path, step, meta["setup"]))
+
+    def _gave_up(self, steps: list[int], stored: Stored) -> None:
+        """Rank 0: keep-last-K deleted checkpoints the store never had (uploads behind)."""
+        has = (
+            "the store has none yet"
+            if stored.newest_step is None
+            else f"the store's newest is step {stored.newest_step}"
+        )
+        self._record(
+            "event",
+            reason="checkpoint_not_uploaded",
+            message=f"deleted the checkpoint(s) of step {', '.join(map(str, steps))} on this "
+            f"node before the artifact store had them: uploads are behind ({has}), and a node "
+            f"keeps at most {checkpoint.AWAITING_UPLOAD_AT_MOST} waiting beyond "
+            f"checkpoint.keep_last={self.cfg.keep_last_checkpoints}",
+        )
 
     def _restore(self) -> checkpoint.Restored | None:
         """Back to the latest checkpoint, or to the start when there is none: weights,
