@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+PROFILE_ID_PREFIX = "prf"
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 
 
@@ -16,3 +17,9 @@ def new_id(prefix: str) -> str:
         value, index = divmod(value, 32)
         chars.append(_CROCKFORD[index])
     return f"{prefix}_{''.join(reversed(chars))}"
+
+
+def id_pattern(prefix: str) -> str:
+    """The shape of an id with `prefix` (new ones have 26 characters after it): no path
+    separators, no dots, so an id from a rank's record is safe to name a folder with."""
+    return rf"^{prefix}_[0-9a-z]{{1,26}}$"

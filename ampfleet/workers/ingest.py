@@ -105,9 +105,7 @@ def apply_records(
         if kind == "started":
             ranks_started(session, job, attempt, record, feed, settings)
         elif kind == "metrics":
-            for name, value in record["values"].items():
-                points.add(int(record["step"]), name, float(value))
-                latest[name] = float(value)
+            latest.update(_add_metrics(points, record))
         elif kind == "rewound":  # a precision fallback went back to an earlier checkpoint
             points.rewind(int(record["step"]))
             delete_after(session, job, int(record["step"]))
@@ -129,6 +127,16 @@ def apply_records(
         job.latest_metrics = latest
     apply_profile_reports(session, job, [r for r in records if r.get("kind") == "profile"])
     session.flush()
+
+
+def _add_metrics(points: Points, record: dict[str, Any]) -> dict[str, float]:
+    """Adds a metrics record's points; the values held (finite ones), for latest_metrics."""
+    step = int(record["step"])
+    return {
+        name: float(value)
+        for name, value in record["values"].items()
+        if points.add(step, name, float(value))
+    }
 
 
 def apply_one_by_one(
@@ -283,8 +291,7 @@ def adopt_earlier_attempts(
                 break
             for record in records:
                 if record.get("kind") == "metrics":
-                    for name, value in record["values"].items():
-                        points.add(int(record["step"]), name, float(value))
+                    _add_metrics(points, record)
                 elif record.get("kind") == "rewound":
                     points.rewind(int(record["step"]))
                 elif record.get("kind") == "usage":

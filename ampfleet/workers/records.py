@@ -14,7 +14,6 @@ folders, a profile of its own job) is checked where it is used: `beneath.py`, `i
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -22,6 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ampfleet.core.artifact_names import MAX_NAME_LENGTH, NAME_PATTERN
+from ampfleet.core.ids import PROFILE_ID_PREFIX, id_pattern
 
 MAX_RECORD_BYTES = 256 << 10
 """One line: a metrics record of a few hundred values fits many times over."""
@@ -129,7 +129,7 @@ class Artifact(_Record):
 
 class Profile(_Record):
     kind: Literal["profile"]
-    profile_id: Annotated[str, Field(pattern=r"^prof_[0-9a-z]{26}$")]
+    profile_id: Annotated[str, Field(pattern=id_pattern(PROFILE_ID_PREFIX))]
     state: Literal["capturing", "uploading", "failed"]
     start_step: Step | None = None
     end_step: Step | None = None
@@ -203,10 +203,9 @@ def parse(line: bytes, number: int) -> dict[str, Any] | Rejected:
 
 
 def _problem_of(record: AnyRecord) -> str | None:
-    """What a schema alone cannot say: bounded nested sizes, finite values, names that
-    belong to their kind."""
-    if isinstance(record, Metrics) and not all(map(math.isfinite, record.values.values())):
-        return "values: a metric value is not finite"
+    """What a schema alone cannot say: bounded nested sizes, names that belong to their kind.
+    A metric value may be non-finite (a skipped step's loss): the series keep only finite
+    points (workers/series.py), the record's other values still count."""
     if isinstance(record, Artifact | Profile):
         nested = record.details if isinstance(record, Artifact) else record.summary
         try:

@@ -15,6 +15,8 @@ again: they are stored from the attempt that reported them (ingest.adopt_earlier
 
 from __future__ import annotations
 
+import math
+
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
@@ -29,9 +31,16 @@ class Points:
     def __init__(self) -> None:
         self._held: dict[tuple[int, str], float] = {}
 
-    def add(self, step: int, name: str, value: float) -> None:
+    def add(self, step: int, name: str, value: float) -> bool:
+        """Whether the point is held. A non-finite value (the loss of a step skipped for
+        overflow, a diverged run's) is a fact of the rank's report but no point: neither
+        SQLite (NaN reads back as NULL) nor a JSON column stores it, and a JSON answer has no
+        number for it. The step's other values still count, its skipped_steps among them."""
+        if not math.isfinite(value):
+            return False
         self._held.pop((step, name), None)  # reported again: the newest, in report order
         self._held[(step, name)] = value
+        return True
 
     def rewind(self, step: int) -> None:
         self._held = {key: value for key, value in self._held.items() if key[0] <= step}

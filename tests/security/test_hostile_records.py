@@ -31,7 +31,7 @@ from tests.support.factories import insert_job
 MALFORMED = [
     b'{"kind": "metrics", "step": "notanint", "values": {"loss": 1.0}}',
     b'{"kind": "metrics", "step": 3, "values": {"loss": "high"}}',
-    b'{"kind": "metrics", "step": 3, "values": {"loss": NaN}}',
+    b'{"kind": "metrics", "step": 3, "values": {"loss": [1.0]}}',
     b'{"kind": "metrics", "step": -1, "values": {}}',
     b'{"kind": "metrics", "step": 3, "values": {"' + b"x" * 300 + b'": 1.0}}',
     b'{"kind": "progress", "step": 3, "total_steps": "all"}',
@@ -225,3 +225,34 @@ def test_a_fuzz_of_random_and_hostile_lines_never_stops_the_node(supervisor: Sup
         _stop([hostile, healthy])
     assert _count(Metric, healthy_id) == 100
     assert _count(LogLine, healthy_id) == 100
+
+
+def test_non_finite_values_are_no_points_and_spoil_no_other(supervisor: Supervisor) -> None:
+    """A skipped step's loss is inf, a diverged run's NaN: the record stands (its other
+    values are the step's facts), its non-finite values are stored as no point, on either
+    backend (SQLite reads NaN back as NULL), and nothing is called rejected."""
+    job_id = insert_job(state=JobState.RUNNING, attempt=1)
+    attempt = _attempt(supervisor, job_id)
+    try:
+        _append(
+            attempt.request.run_dir,
+            [
+                b'{"kind": "metrics", "step": 4, "values": {"loss": Infinity, "skipped_steps": 1}}',
+                b'{"kind": "metrics", "step": 5, "values": {"loss": NaN, "loss_scale": 2.0}}',
+                b'{"kind": "metrics", "step": 6, "values": {"loss": -Infinity}}',
+                b'{"kind": "metrics", "step": 7, "values": {"loss": 0.5}}',
+            ],
+        )
+        supervisor._sync()
+    finally:
+        _stop([attempt])
+    with session_scope() as session:
+        stored = session.execute(
+            select(Metric.step, Metric.name, Metric.value).where(Metric.job_id == job_id)
+        ).all()
+        job = session.get(Job, job_id)
+        assert job is not None
+        assert job.records_rejected == 0
+        assert job.latest_metrics == {"loss": 0.5, "skipped_steps": 1.0, "loss_scale": 2.0}
+    assert sorted(stored) == [(4, "skipped_steps", 1.0), (5, "loss_scale", 2.0), (7, "loss", 0.5)]
+    assert _rejections(job_id) == []

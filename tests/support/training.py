@@ -140,7 +140,12 @@ def train_recipe(
 
 
 def records(out_dir: Path) -> list[dict[str, Any]]:
-    return RecordReader(out_dir / "events.jsonl").read_new()
+    """The run's records as the node agent reads them; every one the engine wrote must
+    pass the agent's schema (a rejected one would be lost on a real node)."""
+    reader = RecordReader(out_dir / "events.jsonl")
+    found = reader.read_new()
+    assert reader.rejected == [], reader.rejected
+    return found
 
 
 def losses(out_dir: Path) -> dict[int, float]:

@@ -13,7 +13,7 @@ from ampfleet.api.jobs import service as jobs
 from ampfleet.api.profiles import repository
 from ampfleet.api.profiles.schemas import ProfileArtifact, ProfileList, ProfileOut, ProfileRequest
 from ampfleet.core import profiles
-from ampfleet.core.ids import new_id
+from ampfleet.core.ids import PROFILE_ID_PREFIX, new_id
 from ampfleet.core.models import Job, Profile
 from ampfleet.core.profile_states import ProfileState
 from ampfleet.core.states import JobState
@@ -39,7 +39,7 @@ def request(
         raise ConflictError(f"job {job_id} is {state}: only a RUNNING job can be profiled")
     _refuse_a_second(session, job_id)
     row = Profile(
-        id=new_id("prf"),
+        id=new_id(PROFILE_ID_PREFIX),
         job_id=job.id,
         attempt=locked.attempt,
         state=ProfileState.REQUESTED.value,
