@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -229,13 +231,86 @@ Requirement = Annotated[
 ]
 
 
+MAX_COMMAND_ARGS = 64
+MAX_COMMAND_ARG_LENGTH = 4096
+PYTHON_PROGRAMS = frozenset({"python", "python3"})
+"""A command's programs that mean the job's interpreter (its requirements environment's)."""
+_PROGRAM = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.+/-]{0,255}$")
+LAUNCHERS = frozenset({"torchrun", "mpirun", "srun"})
+"""Programs that start ranks themselves: under the platform's torchrun they would nest."""
+
+
+def _checked_argument(argument: str) -> str:
+    if "\x00" in argument:
+        raise ValueError("an argument holds a NUL character")
+    return argument
+
+
+CommandArgument = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_COMMAND_ARG_LENGTH),
+    AfterValidator(_checked_argument),
+]
+
+
+def _checked_command(command: list[str]) -> list[str]:
+    """The first argument is a program: a name looked up on the rank's PATH (`python` is the
+    job's interpreter) or a path inside the bundle, never one that leaves it."""
+    program = command[0]
+    parts = program.split("/")
+    if not _PROGRAM.fullmatch(program) or program.startswith("/") or ".." in parts:
+        raise ValueError(
+            f"command[0] {program[:80]!r} is not a program name: give one (python, bash) or a "
+            "relative path inside the bundle (letters, digits, . _ + - /; no '..')"
+        )
+    runs_module = command[0] in PYTHON_PROGRAMS and command[1:3] == ["-m", "torch.distributed.run"]
+    if parts[-1] in LAUNCHERS or runs_module:
+        raise ValueError(
+            f"command runs {program}, a launcher: the platform runs the command on every rank "
+            "under its own torchrun; give what torchrun would run (python train.py ...)"
+        )
+    return command
+
+
+def command_script(command: list[str]) -> str | None:
+    """The script a command runs, as it names it: the argument after `python` (when it is no
+    option), or the program itself when it ends in .py; None for anything else."""
+    if command[0] in PYTHON_PROGRAMS:
+        return command[1] if len(command) > 1 and not command[1].startswith("-") else None
+    return command[0] if command[0].endswith(".py") else None
+
+
+def describe_command(command: list[str], limit: int = 200) -> str:
+    """A command as one line for messages and manifests, shell-quoted, cut to `limit`."""
+    line = shlex.join(command)
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 class CodeSpec(_Strict):
-    """The user's own recipe, from an uploaded bundle: resolved and run only on the worker
-    (the API never imports it), so its hyperparameters are validated there."""
+    """The user's own code, from an uploaded bundle: a recipe (`entrypoint`) or a command run
+    as it is on every rank (`command`, script mode). Resolved and run only on the worker (the
+    API never imports it), so a recipe's hyperparameters are validated there."""
 
     bundle: BundleId = Field(description="`bnd_...` from POST /v1/bundles, of the job's project.")
-    entrypoint: EntryPoint = Field(
-        description="`package.module:attribute` inside the bundle, naming a RecipeDefinition."
+    entrypoint: EntryPoint | None = Field(
+        None,
+        description="`package.module:attribute` inside the bundle, naming a RecipeDefinition. "
+        "Give this or `command`.",
+    )
+    command: (
+        Annotated[
+            list[CommandArgument],
+            Field(min_length=1, max_length=MAX_COMMAND_ARGS),
+            AfterValidator(_checked_command),
+        ]
+        | None
+    ) = Field(
+        None,
+        description='Script mode: the program and its arguments (`["python", "train.py", '
+        '"--epochs", "3"]`), run as it is on every rank under the platform\'s torchrun, '
+        "from the bundle's folder, with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, "
+        "...) and AMPFLEET_OUTPUT_DIR and the others the README lists. `python` is the job's "
+        "interpreter. Give this or `entrypoint`.",
     )
     requirements: list[Requirement] = Field(
         default_factory=list,
@@ -246,6 +321,19 @@ class CodeSpec(_Strict):
         "only, once per node and set, into an environment over the worker's own (torch stays "
         "the worker's).",
     )
+
+    @model_validator(mode="after")
+    def _entrypoint_or_command(self) -> CodeSpec:
+        if (self.entrypoint is None) == (self.command is None):
+            raise ValueError(
+                "give exactly one of `entrypoint` (a recipe in the bundle) or `command` "
+                "(a program run as it is on every rank)"
+            )
+        return self
+
+    @property
+    def is_script(self) -> bool:
+        return self.command is not None
 
 
 class JobSpec(_Strict):
@@ -292,3 +380,19 @@ class JobSpec(_Strict):
         if (recipe is None) == (info.data["code"] is None):
             raise ValueError("give either `recipe` (a registered one) or `code` (a bundle)")
         return recipe
+
+    @model_validator(mode="after")
+    def _a_script_counts_its_own_steps(self) -> JobSpec:
+        """A script decides how long it trains; the platform can only limit its time."""
+        counted = self.stop.max_steps is not None or self.stop.epochs is not None
+        if self.is_script and "stop" in self.model_fields_set and counted:
+            raise ValueError(
+                "stop: a command (script mode) decides its own steps and epochs; give only "
+                "stop.max_runtime_s, a limit on each attempt"
+            )
+        return self
+
+    @property
+    def is_script(self) -> bool:
+        """Script mode: `code.command` runs as it is, not the platform's training loop."""
+        return self.code is not None and self.code.is_script

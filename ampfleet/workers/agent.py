@@ -194,6 +194,7 @@ class NodeAgent:
             brought["node"] = self.node_id  # the ranks gather which rank runs where
             run_dir = self._prepare_run_dir(job, node_rank, brought)
             stop = Stop.model_validate(job.resolved["stop"])
+            script = bool((job.resolved.get("code") or {}).get("command"))
             return LaunchRequest(
                 job_id=job_id,
                 attempt=attempt,
@@ -203,7 +204,9 @@ class NodeAgent:
                 rendezvous=rendezvous,
                 run_dir=run_dir,
                 max_runtime_s=stop.max_runtime_s,
-                runtime_only=stop.runtime_only,
+                # A script's max_runtime_s is always a limit: it decides when it is done.
+                runtime_only=stop.runtime_only and not script,
+                script=script,
                 hang_timeout_s=self._hang_timeout_s(job),
                 checkpoint_dir=self.settings.checkpoints_dir / job_id,
                 code_dir=brought.get("code_dir"),
@@ -240,6 +243,9 @@ class NodeAgent:
                     "process_group_timeout_s": self._hang_timeout_s(job)
                     + COLLECTIVE_TIMEOUT_MARGIN_S,
                     "metrics_flush_s": self.settings.metrics_flush_s,
+                    # How long preempted ranks have before SIGKILL (a script's rank gives
+                    # the script most of it: training/script.py).
+                    "stop_grace_s": self.settings.preempt_grace_s,
                     **brought,
                 }
             )

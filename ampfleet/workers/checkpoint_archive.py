@@ -24,7 +24,13 @@ from ampfleet.workers import beneath
 
 # A checkpoint folder as the loop names it (workers/training/checkpoint.py), and a file in
 # it: a plain name (DCP names its shards `__<rank>_<n>.distcp`), or DCP's `.metadata`.
-_MEMBER = re.compile(r"(ckpt-\d{9})/(\.metadata|[A-Za-z0-9_][A-Za-z0-9._-]*)")
+_FILE = r"\.metadata|[A-Za-z0-9_][A-Za-z0-9._-]*"
+_MEMBER = re.compile(rf"(ckpt-\d{{9}})/({_FILE})")
+
+
+def is_file_name(name: str) -> bool:
+    """Whether a checkpoint's archive can hold a file of this name."""
+    return re.fullmatch(_FILE, name) is not None
 
 
 class TooLargeError(ValueError):

@@ -21,7 +21,7 @@ from ampfleet.core.lifecycle import record_event, transition
 from ampfleet.core.models import Job, LogLine, Metric, Profile, utcnow
 from ampfleet.core.settings import Settings, get_settings
 from ampfleet.core.states import JobState
-from ampfleet.workers.records import Rejected
+from ampfleet.workers.records import SCRIPT_OWNED, Rejected
 from ampfleet.workers.rundir import ForwardedOffsets, LineTail, RecordReader, RunDir
 from ampfleet.workers.series import Point, Points, delete_after, not_stored
 
@@ -383,6 +383,8 @@ def _within_limit(
 def started_message(record: dict[str, Any]) -> str:
     resumed = record.get("resumed_from_step") or 0
     where = f", resumed at step {resumed}" if resumed else ""
+    if record["precision"] == SCRIPT_OWNED:
+        return f"{record['world_size']} ranks running the job's command{where}"
     return (
         f"{record['world_size']} ranks on {record['backend']}, {record['precision']} compute, "
         f"{record['allreduce_dtype']} AllReduce{where}"

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ampfleet.workers.netif import socket_interface_environment
+from ampfleet.workers.parent_death import PARENT_PID_VARIABLE, die_with_parent
 from ampfleet.workers.rank_memory import MEMORY_LIMIT_FLAG, apply_memory_limit
-from ampfleet.workers.training.entry import PARENT_PID_VARIABLE, die_with_parent
 
 RANK_ENVIRONMENT = (
     "PATH",
@@ -83,6 +83,12 @@ def launch_command(
     return [python or sys.executable, "-m", "ampfleet.workers.launch", *limit, *torchrun]
 
 
+RECIPE_RANK = "ampfleet.workers.training.entry"
+"""The rank entry of a recipe: the platform's training loop."""
+SCRIPT_RANK = "ampfleet.workers.training.script"
+"""The rank entry of a script (`code.command`): runs the command as its child."""
+
+
 def torchrun_args(
     *,
     run_dir: str,
@@ -93,6 +99,7 @@ def torchrun_args(
     is_host: bool,
     local_addr: str,
     logs_dir: str,
+    rank_entry: str = RECIPE_RANK,
 ) -> list[str]:
     args = [
         f"--nnodes={nnodes}",
@@ -110,7 +117,7 @@ def torchrun_args(
             f"--rdzv-conf=is_host={'true' if is_host else 'false'},join_timeout=120",
             f"--local-addr={local_addr}",
         ]
-    return [*args, "-m", "ampfleet.workers.training.entry", run_dir]
+    return [*args, "-m", rank_entry, run_dir]
 
 
 def children(pid: int) -> list[int]:
@@ -137,7 +144,8 @@ def main() -> None:
     args = sys.argv[1:]
     if args and args[0].startswith(f"{MEMORY_LIMIT_FLAG}="):
         apply_memory_limit(int(args.pop(0).partition("=")[2]))  # before torchrun forks ranks
-    # SIGUSR1 asks the ranks to checkpoint and exit (preemption); torchrun must survive it.
+    # SIGUSR1 asks the ranks to checkpoint and exit (preemption; a script's rank passes it on
+    # as SIGTERM to the script); torchrun must survive it.
     signal.signal(signal.SIGUSR1, forward_to_ranks)
     sys.argv = ["torchrun", *args]
     runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ampfleet.core.spec import JobSpec
-from ampfleet.workers.launch import rank_environment, torchrun_args
+from ampfleet.workers.launch import RECIPE_RANK, SCRIPT_RANK, rank_environment, torchrun_args
 from ampfleet.workers.rundir import LineTail, RecordReader, RunDir
 
 LOCAL_JOB_ID = "local"
@@ -61,7 +61,7 @@ def prepare(
     """The run folder and job file of a one-node run of `spec` under `root`; `steps` caps
     the run (a quick try), and `inputs` are local paths for the spec's input names."""
     resolved = spec.model_dump(mode="json")
-    if steps is not None:
+    if steps is not None and not spec.is_script:  # a script counts its own steps
         resolved["stop"] = {**resolved["stop"], "max_steps": steps, "epochs": None}
     run_dir = RunDir.for_attempt(root / "runs", LOCAL_JOB_ID, 1, 0)
     run_dir.path.mkdir(parents=True, exist_ok=True)
@@ -87,6 +87,7 @@ def prepare(
 def run(run_dir: RunDir, procs: int, on_line: Callable[[str], None]) -> LocalOutcome:
     """torchrun with `procs` ranks on this machine; rank 0's output goes to `on_line` as it
     comes. Ctrl-C stops the ranks (and propagates)."""
+    code = json.loads(run_dir.job_file.read_text())["spec"].get("code") or {}
     command = [
         sys.executable,
         "-m",
@@ -100,6 +101,7 @@ def run(run_dir: RunDir, procs: int, on_line: Callable[[str], None]) -> LocalOut
             is_host=True,
             local_addr="127.0.0.1",
             logs_dir=str(run_dir.logs_dir),
+            rank_entry=SCRIPT_RANK if code.get("command") else RECIPE_RANK,
         ),
     ]
     environment = {**rank_environment(os.environ, procs_per_node=procs)}

@@ -32,6 +32,10 @@ MAX_PATHS = 4096
 """Files in one artifact record (a checkpoint: DCP's shard per rank, metadata, RNG)."""
 MAX_METRICS = 512
 """Values in one metrics record (per-rank compute times included)."""
+SCRIPT_OWNED = "script"
+"""The precision, AllReduce dtype and backend a plain script's `started` record names: the
+script chose them, not the platform (a script that adopts `ampfleet.train` says what it
+uses in a `setup` record)."""
 ESSENTIAL_KINDS = frozenset({"started"})
 """Kinds without which the attempt cannot go on: one rejected fails the attempt."""
 

@@ -10,6 +10,9 @@
         export/             rank 0's model export of a completed run (model + manifest)
         profile-request.json  the job's open profile, kept by the agent (profile_request.py)
         profiles/<id>/      a profile's files, each under its artifact name (rank traces, summary)
+        hyperparameters.json  a script's hyperparameters (script mode: training/script.py)
+        session.active      rank 0 of a script adopted `ampfleet.train`: the session writes
+                            the records from then on, the script wrapper no longer does
 
 Keeping the ranks off the database means a database hiccup never kills training, and one
 agent per node batches every job's metrics into few transactions.
@@ -61,6 +64,16 @@ class RunDir:
     def export_dir(self) -> Path:
         return self.path / "export"
 
+    @property
+    def hyperparameters_file(self) -> Path:
+        return self.path / "hyperparameters.json"
+
+    @property
+    def session_marker(self) -> Path:
+        """Created by rank 0's `ampfleet.train` session as it starts: from then on it writes
+        the records, so two writers never interleave in events.jsonl."""
+        return self.path / "session.active"
+
     def rank_log(self, rank: int, stream: str) -> Path:
         return self.logs_dir / f"rank-{rank}.{stream}"
 
@@ -74,6 +87,17 @@ class RunDir:
 
     def failure_file(self, rank: int) -> Path:
         return self.path / f"failure-rank{rank}.json"
+
+    def write_failure(self, rank: int, kind: str, message: str, traceback_tail: str) -> None:
+        """A rank's report of why it failed, as `failures` reads it back."""
+        record = {
+            "rank": rank,
+            "time": time.time(),
+            "type": kind,
+            "message": message[:2000],
+            "traceback_tail": traceback_tail[-4000:],
+        }
+        self.failure_file(rank).write_text(json.dumps(record))
 
     def failures(self) -> list[dict[str, Any]]:
         """Each rank's report of why it failed, as far as it is one: the ranks write these

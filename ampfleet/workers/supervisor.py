@@ -50,11 +50,18 @@ from ampfleet.workers.ingest import (
     ship_logs,
     store_points,
 )
-from ampfleet.workers.launch import launch_command, rank_environment, torchrun_args
+from ampfleet.workers.launch import (
+    RECIPE_RANK,
+    SCRIPT_RANK,
+    launch_command,
+    rank_environment,
+    torchrun_args,
+)
+from ampfleet.workers.parent_death import PARENT_PID_VARIABLE
 from ampfleet.workers.profile_handover import hand_over_profiles
 from ampfleet.workers.rundir import RecordReader, RunDir
 from ampfleet.workers.telemetry import Nvml, RankTelemetry, node_totals
-from ampfleet.workers.training.entry import PARENT_PID_VARIABLE, STACKS_SIGNAL
+from ampfleet.workers.training.entry import STACKS_SIGNAL
 from ampfleet.workers.uploads import ArtifactUploader
 
 log = logging.getLogger(__name__)
@@ -86,6 +93,8 @@ class LaunchRequest:
     runtime_only: bool = False
     """max_runtime_s is how long to train: the ranks stop themselves and finish the run;
     the agent stops them (TIMED_OUT) only if they are still at it a preemption grace later."""
+    script: bool = False
+    """The job runs its `code.command` on every rank (script mode), not a recipe."""
 
 
 @dataclass
@@ -245,6 +254,7 @@ class Supervisor:
             is_host=request.node_rank == 0,
             local_addr=self.settings.node_address,
             logs_dir=str(run_dir.logs_dir),
+            rank_entry=SCRIPT_RANK if request.script else RECIPE_RANK,
         )
         launcher_log = (run_dir.logs_dir / "launcher.log").open("ab")
         command = launch_command(

@@ -8,10 +8,10 @@ import os
 import subprocess
 import sys
 
-from ampfleet.workers.training.entry import PARENT_PID_VARIABLE
+from ampfleet.workers.parent_death import PARENT_PID_VARIABLE
 
 CHILD = (
-    "from ampfleet.workers.training.entry import die_with_parent; die_with_parent(); print('alive')"
+    "from ampfleet.workers.parent_death import die_with_parent; die_with_parent(); print('alive')"
 )
 
 

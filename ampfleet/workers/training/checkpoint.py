@@ -47,6 +47,7 @@ from torch.optim import Optimizer
 
 from ampfleet.core.artifact_names import checkpoint_name
 from ampfleet.workers import stored_checkpoints
+from ampfleet.workers.checkpoint_folders import checkpoint_path, partial_path
 from ampfleet.workers.stored_checkpoints import Stored
 from ampfleet.workers.training.group import new_group
 
@@ -54,14 +55,6 @@ FORMAT_VERSION = 2
 META = "meta.json"
 _NAME = re.compile(r"^ckpt-(\d{9})$")
 _PARTIAL = re.compile(r"^\.ckpt-\d{9}\.partial$")
-
-
-def checkpoint_path(directory: Path, step: int) -> Path:
-    return directory / f"ckpt-{step:09d}"
-
-
-def partial_path(directory: Path, step: int) -> Path:
-    return directory / f".ckpt-{step:09d}.partial"
 
 
 def rng_path(checkpoint: Path, rank: int) -> Path:

@@ -7,7 +7,6 @@ the process group is always torn down.
 
 from __future__ import annotations
 
-import ctypes
 import faulthandler
 import json
 import os
@@ -27,7 +26,9 @@ from pydantic import Field
 
 from ampfleet.core.recipes import get_recipe
 from ampfleet.core.spec import CodeSpec, JobSpec, Stop
+from ampfleet.workers.parent_death import die_with_parent
 from ampfleet.workers.rank_memory import out_of_memory
+from ampfleet.workers.rank_output import capture_output
 from ampfleet.workers.rundir import RecordWriter, RunDir
 from ampfleet.workers.training.bundled import bundled_recipe
 from ampfleet.workers.training.export import RunSummary, export_run
@@ -36,29 +37,6 @@ from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.parallel import ParallelConfig
 from ampfleet.workers.training.precision import resolve_allreduce_dtype, resolve_precision
 from ampfleet.workers.training.task import RecipeContext
-
-PR_SET_PDEATHSIG = 1
-
-
-PARENT_PID_VARIABLE = "TRAINING_PARENT_PID"
-"""The pid a process's parent had when it was started, set by the one that starts it: a
-parent that died before the child reached prctl (the imports take seconds) is caught, where
-comparing with the parent the child first saw would compare with the one it was handed to."""
-
-
-def die_with_parent() -> None:
-    """If torchrun is killed (say, with the whole worker), take this rank down too."""
-    expected = os.environ.get(PARENT_PID_VARIABLE, "")
-    parent = int(expected) if expected.isdigit() else os.getppid()
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        return
-    # The parent died before prctl took effect. (Not "the parent is pid 1": in the sandbox's
-    # PID namespace the launcher's living parent is.)
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 def pick_device(accelerator: str, local_rank: int) -> tuple[torch.device, str]:
@@ -120,9 +98,11 @@ def run(
     # Same seed for model init on every rank (DDP broadcasts rank 0's weights anyway);
     # offset by rank afterwards so dropout and augmentation differ per rank.
     seed_everything(spec.seed)
+    if spec.code is not None and spec.code.entrypoint is None:
+        raise RuntimeError("a job with code.command runs under the script entry (script.py)")
     recipe = (
         bundled_recipe(Path(job["code_dir"]), spec.code.entrypoint)
-        if spec.code is not None
+        if spec.code is not None and spec.code.entrypoint is not None
         else get_recipe(spec.recipe or "")  # a valid spec names one or the other
     )
     # A bundled recipe's hyperparameters meet their model here first (the API never saw it).
@@ -188,16 +168,13 @@ def run(
 
 
 def write_failure(run_dir: RunDir, rank: int, exc: BaseException) -> None:
-    tail = traceback.format_exception(exc)[-3:]
     memory = out_of_memory(exc)
-    record = {
-        "rank": rank,
-        "time": time.time(),
-        "type": "OutOfMemory" if memory else type(exc).__name__,
-        "message": (memory or str(exc))[:2000],
-        "traceback_tail": "".join(tail)[-4000:],
-    }
-    run_dir.failure_file(rank).write_text(json.dumps(record))
+    run_dir.write_failure(
+        rank,
+        "OutOfMemory" if memory else type(exc).__name__,
+        memory or str(exc),
+        "".join(traceback.format_exception(exc)[-3:]),
+    )
 
 
 PREEMPT = threading.Event()
@@ -208,18 +185,6 @@ def watch_for_preemption() -> None:
     """The node agent preempts with SIGUSR1 (the launcher passes it on): checkpoint at the
     next step, then exit. Installed first thing, before the agent can send it."""
     signal.signal(signal.SIGUSR1, lambda _signum, _frame: PREEMPT.set())
-
-
-def capture_output(run_dir: RunDir, rank: int) -> None:
-    """Send this rank's stdout and stderr (Python's and native libraries' alike) to its own
-    files; the node agent ships them to the database as they grow."""
-    run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
-    for fd, stream in ((1, "stdout"), (2, "stderr")):
-        target = os.open(run_dir.rank_log(rank, stream), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        os.dup2(target, fd)
-        os.close(target)
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
 def main(argv: list[str]) -> int:

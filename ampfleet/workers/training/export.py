@@ -13,14 +13,10 @@ versions of the packages that trained it.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import platform
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +24,18 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from ampfleet.core.artifact_names import (
-    MANIFEST,
-    MODEL,
-    MODEL_BF16,
-    checkpoint_name,
-    is_valid_name,
-    output_name,
-)
+from ampfleet.core.artifact_names import MANIFEST, MODEL, MODEL_BF16, checkpoint_name
 from ampfleet.workers.rundir import FALLBACK_REASONS, RecordWriter, RunDir
-
-MANIFEST_FORMAT = 1
-# What the recipe leaves in its output folder is listed as it is; past these it is not
-# (a runaway recipe must not turn into a million rows), and the manifest says what was left.
-MAX_OUTPUT_FILES = 1000
+from ampfleet.workers.training.outputs import (
+    MANIFEST_FORMAT,
+    ExportedFile,
+    atomic_write,
+    collect_outputs,
+    described,
+    package_versions,
+    recipe_label,
+    write_artifact_records,
+)
 
 
 @dataclass(frozen=True)
@@ -54,24 +48,6 @@ class RunSummary:
     allreduce_dtype: str
     world_size: int
     backend: str
-
-
-@dataclass(frozen=True)
-class ExportedFile:
-    kind: str  # model | output
-    name: str
-    path: Path
-    size: int
-    sha256: str
-    details: dict[str, Any]
-
-
-def recipe_label(spec: dict[str, Any]) -> str:
-    """What made the model: the registered recipe, or a bundle's entrypoint and content."""
-    code = spec.get("code")
-    if code:
-        return f"{code['entrypoint']} (bundle {code['bundle']}, sha256 {code['sha256']})"
-    return str(spec["recipe"])
 
 
 def export_run(
@@ -102,18 +78,9 @@ def export_run(
     outputs, left_out = collect_outputs(run_dir.output_dir)
     manifest = build_manifest(run_dir, job, run, files, outputs, left_out)
     manifest_path = run_dir.export_dir / MANIFEST
-    _atomic_write(manifest_path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
-    files.append(_described(manifest_path, "model", MANIFEST, {"format": MANIFEST_FORMAT}))
-    for exported in [*outputs, *files]:
-        writer.write(
-            "artifact",
-            artifact_kind=exported.kind,
-            name=exported.name,
-            paths=[str(exported.path)],
-            step=run.step,
-            details={**exported.details, "sha256": exported.sha256, "size": exported.size},
-        )
-    writer.flush()
+    atomic_write(manifest_path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
+    files.append(described(manifest_path, "model", MANIFEST, {"format": MANIFEST_FORMAT}))
+    write_artifact_records(writer, [*outputs, *files], run.step)
     return [*outputs, *files]
 
 
@@ -124,23 +91,6 @@ def master_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {
         name: tensor.detach().to("cpu", copy=True).contiguous() for name, tensor in state.items()
     }
-
-
-def collect_outputs(output_dir: Path) -> tuple[list[ExportedFile], list[str]]:
-    """The recipe's output files (regular files only: a link could name anything on the
-    node), as `outputs/<relative path>`; and the paths not listed, with why."""
-    found: list[ExportedFile] = []
-    left_out: list[str] = []
-    for path in _regular_files(output_dir):
-        relative = path.relative_to(output_dir).as_posix()
-        name = output_name(relative)
-        if not is_valid_name(name):
-            left_out.append(f"{relative}: not a valid artifact name (letters, digits, . _ -)")
-        elif len(found) >= MAX_OUTPUT_FILES:
-            left_out.append(f"{relative}: more than {MAX_OUTPUT_FILES} output files")
-        else:
-            found.append(_described(path, "output", name, {}))
-    return found, left_out
 
 
 def build_manifest(
@@ -178,12 +128,7 @@ def build_manifest(
         "files": {f.name: {"size": f.size, "sha256": f.sha256, **f.details} for f in files},
         "outputs": {f.name: {"size": f.size, "sha256": f.sha256} for f in outputs},
         "outputs_left_out": left_out,
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "ampfleet": version("ampfleet"),
-            "safetensors": version("safetensors"),
-        },
+        "versions": {**package_versions("ampfleet", "safetensors"), "torch": torch.__version__},
     }
 
 
@@ -228,47 +173,10 @@ def _weights(
         "dtype": dtype,
         **lineage,
     }
-    _atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
+    atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
     parameters = sum(t.numel() for t in tensors.values())
     details = {"dtype": dtype, "tensors": len(tensors), "parameters": parameters, **lineage}
-    return _described(path, "model", path.name, details)
-
-
-def _described(path: Path, kind: str, name: str, details: dict[str, Any]) -> ExportedFile:
-    return ExportedFile(kind, name, path, path.stat().st_size, sha256_of(path), details)
-
-
-def sha256_of(path: Path) -> str:
-    with path.open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
-
-
-def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
-    """Written under a temporary name, fsynced, renamed: the agent never uploads half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    descriptor = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-    tmp.replace(path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-
-
-def _regular_files(root: Path) -> Iterator[Path]:
-    if not root.is_dir():
-        return
-    for directory, subdirectories, names in os.walk(root):  # os.walk follows no links
-        subdirectories.sort()
-        for name in sorted(names):
-            path = Path(directory, name)
-            if path.is_file() and not path.is_symlink():
-                yield path
+    return described(path, "model", path.name, details)
 
 
 def _records(path: Path) -> Iterator[dict[str, Any]]:

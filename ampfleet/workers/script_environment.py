@@ -1,0 +1,67 @@
+"""What a script (`code.command`) finds in its environment, besides torchrun's own (RANK,
+LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...): the contract that
+plain scripts and the rank-side API `ampfleet.train` read, named once here (README: "Script
+mode"). Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+RUN_DIR = "AMPFLEET_RUN_DIR"
+"""The attempt's run folder on this node (job.json, events.jsonl, hyperparameters.json)."""
+OUTPUT_DIR = "AMPFLEET_OUTPUT_DIR"
+"""Files rank 0 writes here become the job's `outputs/<path>` artifacts once it succeeds."""
+CHECKPOINT_DIR = "AMPFLEET_CHECKPOINT_DIR"
+"""The job's checkpoint folder, kept across its attempts (see script_checkpoints.py)."""
+HYPERPARAMETERS = "AMPFLEET_HYPERPARAMETERS"
+"""The spec's hyperparameters, a JSON object."""
+INPUTS = "AMPFLEET_INPUTS"
+"""The job's inputs, a JSON object: name -> path on this node (read-only)."""
+INPUT_PREFIX = "AMPFLEET_INPUT_"
+"""One variable per input: the name upper-cased, each other character than a letter or a
+digit made `_` (`train-set` -> AMPFLEET_INPUT_TRAIN_SET)."""
+JOB_ID = "AMPFLEET_JOB_ID"
+ATTEMPT = "AMPFLEET_ATTEMPT"
+"""The attempt's number, from 1; a restart (preemption, a lost node) is the next."""
+
+_NOT_IN_A_NAME = re.compile(r"[^A-Z0-9]")
+
+
+def input_variable(name: str) -> str:
+    return INPUT_PREFIX + _NOT_IN_A_NAME.sub("_", name.upper())
+
+
+def script_environment(
+    inherited: Mapping[str, str],
+    *,
+    job: Mapping[str, Any],
+    run_dir: Path,
+    output_dir: Path,
+    interpreter: str,
+) -> dict[str, str]:
+    """The script's environment: the rank's (torchrun's variables, the allow-listed rest),
+    the contract's variables, and the job's interpreter's folder first on PATH, so `python`
+    and the programs of its requirements environment are the job's."""
+    spec = job["spec"]
+    inputs = {str(name): str(path) for name, path in (job.get("inputs") or {}).items()}
+    env = dict(inherited)
+    env.update(
+        {
+            RUN_DIR: str(run_dir),
+            OUTPUT_DIR: str(output_dir),
+            CHECKPOINT_DIR: str(job["checkpoint_dir"]),
+            HYPERPARAMETERS: json.dumps(spec.get("hyperparameters") or {}),
+            INPUTS: json.dumps(inputs),
+            JOB_ID: str(job["job_id"]),
+            ATTEMPT: str(job["attempt"]),
+            **{input_variable(name): path for name, path in inputs.items()},
+        }
+    )
+    path = env.get("PATH", "")
+    env["PATH"] = f"{Path(interpreter).parent}:{path}" if path else str(Path(interpreter).parent)
+    return env
