@@ -74,6 +74,7 @@ def test_a_bundled_job_is_queued_with_the_bundle_s_content_and_its_hyperparamete
     assert job["spec"]["code"] == {
         "bundle": bundle["id"],
         "entrypoint": "my_pkg.recipe:recipe",
+        "command": None,
         "requirements": [],
         "sha256": bundle["sha256"],  # what the worker fetches: the bytes checked on upload
     }

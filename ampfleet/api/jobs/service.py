@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import PurePosixPath
 from typing import Any
 
 from pydantic import ValidationError
@@ -45,7 +46,14 @@ from ampfleet.core.models import Bundle, Job, Project, utcnow
 from ampfleet.core.recipes import UnknownRecipeError, get_recipe
 from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.core.settings import get_settings
-from ampfleet.core.spec import CodeSpec, JobSpec, Precision, Priority
+from ampfleet.core.spec import (
+    CodeSpec,
+    JobSpec,
+    Precision,
+    Priority,
+    command_script,
+    describe_command,
+)
 from ampfleet.core.states import ACTIVE_STATES, WAITING_STATES, JobState
 from ampfleet.core.validation import describe_invalid, dotted
 
@@ -91,6 +99,35 @@ def code_bundle(session: Session, project: str, code: CodeSpec) -> Bundle:
             "code.bundle", f"bundle {code.bundle} not found in project {project}"
         )
     return bundle
+
+
+def check_script_in(bundle: Bundle, command: list[str]) -> None:
+    """A script the command names by a relative path is a file of the bundle, as its stored
+    listing says (nothing is unpacked here)."""
+    script = command_script(command)
+    if script is None or script.startswith("/"):
+        return
+    wanted = PurePosixPath(script)
+    listed = {
+        PurePosixPath(entry["path"])
+        for entry in bundle.files or []
+        if entry.get("kind") in ("file", "symlink")
+    }
+    if wanted not in listed:
+        top = sorted({str(path.parts[0]) for path in listed})[:20]
+        raise UnprocessableError.for_field(
+            "code.command",
+            f"the command runs {script}, which bundle {bundle.id} does not have; it runs from "
+            f"the bundle's top folder, which holds: {', '.join(top) or 'nothing'}",
+        )
+
+
+def what_runs(spec: JobSpec) -> str:
+    if spec.code is None:
+        return str(spec.recipe)
+    if spec.code.command is not None:
+        return describe_command(spec.code.command, limit=120)
+    return str(spec.code.entrypoint)
 
 
 def _hyperparameter_field(error: Mapping[str, Any]) -> str:
@@ -151,7 +188,10 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
             session.flush()
     resolved = resolve(spec)
     if spec.code is not None:
-        resolved["code"]["sha256"] = code_bundle(session, spec.project, spec.code).sha256
+        bundle = code_bundle(session, spec.project, spec.code)
+        resolved["code"]["sha256"] = bundle.sha256
+        if spec.code.command is not None:
+            check_script_in(bundle, spec.code.command)
     resolved["inputs"] = resolve_inputs(session, spec.project, spec.inputs)
     admit(session, spec, resolved)
     job = Job(
@@ -168,7 +208,7 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
         attempt=0,
         gang_size=spec.resources.gang_size,
         step=0,
-        total_steps=spec.stop.max_steps,
+        total_steps=None if spec.is_script else spec.stop.max_steps,  # a script's, once read
         latest_metrics={},
     )
     if idempotency_key is None:
@@ -190,7 +230,7 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
         if spec.resources.procs
         else f"{spec.resources.nodes}x{spec.resources.procs_per_node}"
     )
-    message = f"{spec.recipe or (spec.code and spec.code.entrypoint)} on {shape}"
+    message = f"{what_runs(spec)} on {shape}"
     record_transitions(
         session,
         [
