@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import httpx
 import typer
@@ -26,6 +26,7 @@ from rich.progress import (
     TextColumn,
 )
 from rich.table import Table
+from typer.core import TyperCommand
 
 from ampfleet.core.roles import Role
 from ampfleet.core.states import JobState
@@ -41,6 +42,9 @@ from ampfleet.sdk import (
     StateFrame,
     Unauthorized,
 )
+
+if TYPE_CHECKING:
+    from typer._click import Context  # typer vendors click: the type its commands take
 
 Url = Annotated[
     str | None,
@@ -211,8 +215,31 @@ def _final_metrics(client: Client, job_id: str, console: Console) -> None:
     console.print(table)
 
 
+COMMAND_AFTER_DASHES = "ampfleet.command"
+"""Where `submit` finds the program and arguments given after `--` (ctx.meta)."""
+
+
+class _CommandAfterDashes(TyperCommand):
+    """`ampfleet submit [SPEC] [OPTIONS] -- PROGRAM ARGS...`: what follows `--` is the command
+    a script job runs as it is, set aside before the rest is parsed (its options are the
+    program's own, never `submit`'s)."""
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            ctx.meta[COMMAND_AFTER_DASHES] = args[at + 1 :]
+            args = args[:at]
+        return super().parse_args(ctx, args)
+
+
 def submit(
-    spec: Annotated[Path, typer.Argument(help="The job spec: a YAML (or JSON) file.")],
+    ctx: typer.Context,
+    spec: Annotated[
+        Path | None,
+        typer.Argument(
+            help="The job spec: a YAML (or JSON) file; optional with a command after --."
+        ),
+    ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Show progress until the job ends.")
     ] = False,
@@ -235,8 +262,14 @@ def submit(
     url: Url = None,
     key: Key = None,
 ) -> None:
-    """Submit a job; with --follow, exit 0 only if it SUCCEEDED."""
+    """Submit a job; with --follow, exit 0 only if it SUCCEEDED. After `--`, a command to run
+    as it is on every rank (script mode): `ampfleet submit --code . -- python train.py`."""
     console = _stdout()
+    command: list[str] | None = ctx.meta.get(COMMAND_AFTER_DASHES)
+    if command == []:
+        _fail("give the program to run after --, e.g. -- python train.py")
+    if spec is None and command is None:
+        _fail("give a job spec (a YAML file), or a command to run after --")
     with _client(url, key) as client:
         if code is not None or data:
             from ampfleet.cli_code import bring, parse_data
@@ -249,9 +282,10 @@ def submit(
                 parse_data(data),
                 verbose=verbose,
                 quiet=quiet,
+                command=command,
             )
         else:
-            job = client.submit(spec, idempotency_key)
+            job = client.submit(spec, idempotency_key, command=command)
         if quiet:
             typer.echo(job.id)
         else:
@@ -458,8 +492,8 @@ def revoke_key(
 
 def register(app: typer.Typer) -> None:
     """Adds these commands to the `ampfleet` app."""
+    app.command("submit", rich_help_panel=PANEL, cls=_CommandAfterDashes)(submit)
     for command, name in (
-        (submit, "submit"),
         (status, "status"),
         (list_jobs, "list"),
         (logs, "logs"),

@@ -60,13 +60,14 @@ def upload_progress(quiet: bool) -> Iterator[Progress | None]:
 
 def bring(
     client: Client,
-    spec: Path,
+    spec: Path | None,
     idempotency_key: str | None,
     code: Path | None,
     data: dict[str, str],
     *,
     verbose: bool,
     quiet: bool,
+    command: list[str] | None = None,
 ) -> Job:
     """Submit `spec` with the code folder and datasets it brings, uploaded with a bar each."""
     if code is not None and code.is_dir() and verbose:
@@ -89,7 +90,12 @@ def bring(
             progress.update(tasks[what], completed=sent)
 
         return client.submit(
-            spec, idempotency_key, code=code, inputs=data or None, on_progress=on_progress
+            spec,
+            idempotency_key,
+            code=code,
+            inputs=data or None,
+            on_progress=on_progress,
+            command=command,
         )
 
 

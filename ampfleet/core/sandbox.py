@@ -168,15 +168,23 @@ def open_to_sandboxes(tree: Path) -> None:
 def installation_under(hidden: list[Path]) -> list[Path]:
     """The worker's interpreter, packages and (for an editable install) source tree, where
     they lie under a folder the sandbox replaces with its own (a virtualenv in /tmp, a pyenv
-    in /root): bound back read-only, or the ranks would start with no Python to run."""
+    in /root): bound back read-only, or the ranks would start with no Python to run.
+
+    The installation is where the interpreter and the `ampfleet` package are imported from,
+    and the import path's folders, but for the folder the worker was started in (`python
+    -m` puts its current folder on the path) or its script's: those hold whatever the
+    worker was started beside (a fleet's logs, a project's .env), not what ranks import,
+    unless ampfleet itself is imported from there."""
     import ampfleet  # the package's own location: site-packages, or a source checkout
 
+    package_root = Path(ampfleet.__file__).resolve().parent.parent
+    started_in = {Path.cwd().resolve(), Path(sys.argv[0] or ".").resolve().parent}
     candidates = {
         Path(sys.prefix),
         Path(sys.base_prefix),
         Path(sys.executable).resolve().parent.parent,
-        Path(ampfleet.__file__).resolve().parent.parent,
-        *(Path(p) for p in sys.path if p),
+        package_root,
+        *(Path(p) for p in sys.path if p and Path(p).resolve() not in started_in),
     }
     inside = sorted(
         p.resolve()

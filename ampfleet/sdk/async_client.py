@@ -13,7 +13,7 @@ then rather than whenever the event loop collects it.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
@@ -152,15 +152,18 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
 
     async def submit(
         self,
-        spec: SpecInput,
+        spec: SpecInput | None = None,
         idempotency_key: str | None = None,
         *,
         code: CodeSource | None = None,
         inputs: Mapping[str, InputSource] | None = None,
         on_progress: Callable[[str, int], None] | None = None,
+        command: Sequence[str] | None = None,
     ) -> models.Job:
         """As `Client.submit`."""
-        return await self._run(self._ops.submit(spec, idempotency_key, code, inputs, on_progress))
+        return await self._run(
+            self._ops.submit(spec, idempotency_key, code, inputs, on_progress, command)
+        )
 
     async def upload_bundle(
         self,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
@@ -136,12 +136,13 @@ class Client(ClientBase[httpx.Client]):
 
     def submit(
         self,
-        spec: SpecInput,
+        spec: SpecInput | None = None,
         idempotency_key: str | None = None,
         *,
         code: CodeSource | None = None,
         inputs: Mapping[str, InputSource] | None = None,
         on_progress: Callable[[str, int], None] | None = None,
+        command: Sequence[str] | None = None,
     ) -> models.Job:
         """Submits a JobSpec, a dict, or the path of a YAML file; a spec that cannot be valid
         raises SpecError before any request. The same idempotency key and spec give the
@@ -149,8 +150,12 @@ class Client(ClientBase[httpx.Client]):
         `code`: a folder (packed, honouring .gitignore and .ampignore), an archive, or a
         `bnd_...` id, for the spec's `code.bundle`; `inputs`: name -> a folder or file
         (uploaded as the dataset `name`) or a `name@version` / `file:///` reference.
-        `on_progress(what, bytes_sent)` hears the uploads."""
-        return self._run(self._ops.submit(spec, idempotency_key, code, inputs, on_progress))
+        `on_progress(what, bytes_sent)` hears the uploads. `command`: run this program and
+        its arguments as they are on every rank (script mode: `code.command`, the spec
+        optional then), e.g. `submit(command=["python", "train.py"], code="my-project/")`."""
+        return self._run(
+            self._ops.submit(spec, idempotency_key, code, inputs, on_progress, command)
+        )
 
     def upload_bundle(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -43,7 +43,13 @@ from ampfleet.sdk.models import (
 )
 from ampfleet.sdk.protocol import Flow, Item, IterFlow, Query, Request, Sleep, query
 from ampfleet.sdk.streams import SSE_MEDIA_TYPE, JobFrames, log_lines, resumable_stream
-from ampfleet.sdk.uploads import list_of, spec_with_code, upload_bundle, upload_dataset
+from ampfleet.sdk.uploads import (
+    list_of,
+    spec_with_code,
+    spec_with_command,
+    upload_bundle,
+    upload_dataset,
+)
 
 SpecInput = JobSpec | Mapping[str, Any] | str | os.PathLike[str]
 CodeSource = str | os.PathLike[str]
@@ -167,12 +173,17 @@ class Operations:
 
     def submit(
         self,
-        spec: SpecInput,
+        spec: SpecInput | None,
         idempotency_key: str | None,
         code: CodeSource | None = None,
         inputs: Mapping[str, InputSource] | None = None,
         on_progress: Callable[[str, int], None] | None = None,
+        command: Sequence[str] | None = None,
     ) -> Flow[Job]:
+        if command is not None:
+            spec = spec_with_command({} if spec is None else spec_mapping(spec), command)
+        if spec is None:
+            raise SpecError(422, "invalid_spec", "give a job spec, or a command to run")
         if code is not None or inputs:
             spec = yield from self._brought(spec_mapping(spec), code, inputs or {}, on_progress)
         body = load_spec(spec).model_dump(mode="json", exclude_unset=True)

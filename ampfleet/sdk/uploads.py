@@ -7,7 +7,7 @@ folder packed here, its largest files, which is what one needs to trim it."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -113,4 +113,11 @@ def spec_with_code(
         merged["code"] = {**(merged.get("code") or {}), "bundle": bundle_id}
     if inputs:
         merged["inputs"] = {**(merged.get("inputs") or {}), **inputs}
+    return merged
+
+
+def spec_with_command(spec: Mapping[str, Any], command: Sequence[str]) -> dict[str, Any]:
+    """`spec` running `command` as it is on every rank (script mode, `code.command`)."""
+    merged = dict(spec)
+    merged["code"] = {**(merged.get("code") or {}), "command": list(command)}
     return merged

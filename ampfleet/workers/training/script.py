@@ -140,7 +140,7 @@ class ScriptRank:
         argv = self._checked_argv()
         if self.rank == 0:
             self.writer = RecordWriter(self.run_dir.events_file, float(self.job["metrics_flush_s"]))
-            self._started(resumed or 0)
+            self._started(self.writer, resumed or 0)
         self._heartbeat = Heartbeat(heartbeat_file(self.run_dir.path, self.rank))
         try:
             code = self._run_child(argv) if not (self.preempting or self.stopping) else None
@@ -167,9 +167,8 @@ class ScriptRank:
         partial.write_text(json.dumps(self.job["spec"].get("hyperparameters") or {}))
         partial.replace(target)
 
-    def _started(self, resumed: int) -> None:
-        assert self.writer is not None
-        self.writer.write(
+    def _started(self, writer: RecordWriter, resumed: int) -> None:
+        writer.write(
             "started",
             precision=SCRIPT_OWNED,
             allreduce_dtype=SCRIPT_OWNED,
@@ -178,14 +177,14 @@ class ScriptRank:
             world_size=self.world_size,
             backend=SCRIPT_OWNED,
         )
-        self.writer.write(
+        writer.write(
             "event",
             reason="script_mode",
             message=f"running {describe_command(self.command)} on {self.world_size} ranks: the "
             "script owns its precision, AllReduce and optimizer, and the platform reports its "
             "progress from its printed lines (step N/T, step=N) until it adopts ampfleet.train",
         )
-        self.writer.flush()
+        writer.flush()
 
     def _run_child(self, argv: list[str]) -> int:
         run_dir = self.run_dir
@@ -279,7 +278,7 @@ class ScriptRank:
             return 128 + signal.SIGTERM
         if code == 0:
             if self.writer is not None and not self._finished_by_session():
-                self._finish()
+                self._finish(self.writer)
             return 0
         if code < 0:  # killed (the OOM killer, a SIGKILL): a lost rank, restarted
             self._carry_files(preempted=False)
@@ -324,9 +323,8 @@ class ScriptRank:
             return False
         return any('"finished"' in line and _kind(line) == "finished" for line in lines)
 
-    def _finish(self) -> None:
+    def _finish(self, writer: RecordWriter) -> None:
         """The outputs, a manifest that says what made them, then `finished`."""
-        assert self.writer is not None
         outputs, left_out = collect_outputs(self.run_dir.output_dir)
         self.run_dir.export_dir.mkdir(parents=True, exist_ok=True)
         manifest_path = self.run_dir.export_dir / MANIFEST
@@ -334,8 +332,8 @@ class ScriptRank:
         atomic_write(manifest_path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
         made = described(manifest_path, "model", MANIFEST, {"format": MANIFEST_FORMAT})
         step = self.progress.step if self.progress.reported_any else None
-        write_artifact_records(self.writer, [*outputs, made], step)
-        self.writer.write("finished")
+        write_artifact_records(writer, [*outputs, made], step)
+        writer.write("finished")
 
     def _manifest(self, outputs: list[Any], left_out: list[str]) -> dict[str, Any]:
         spec = self.job["spec"]
