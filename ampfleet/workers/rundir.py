@@ -10,6 +10,8 @@
         export/             rank 0's model export of a completed run (model + manifest)
         profile-request.json  the job's open profile, kept by the agent (profile_request.py)
         profiles/<id>/      a profile's files, each under its artifact name (rank traces, summary)
+        session.active      rank 0 of a script adopted `ampfleet.train`: the session writes
+                            the records from then on, the script wrapper no longer does
 
 Keeping the ranks off the database means a database hiccup never kills training, and one
 agent per node batches every job's metrics into few transactions.
@@ -60,6 +62,12 @@ class RunDir:
     @property
     def export_dir(self) -> Path:
         return self.path / "export"
+
+    @property
+    def session_marker(self) -> Path:
+        """Created by rank 0's `ampfleet.train` session as it starts: from then on it writes
+        the records, so two writers never interleave in events.jsonl."""
+        return self.path / "session.active"
 
     def rank_log(self, rank: int, stream: str) -> Path:
         return self.logs_dir / f"rank-{rank}.{stream}"

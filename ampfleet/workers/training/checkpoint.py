@@ -141,7 +141,10 @@ def restore_latest(
         return None
     meta = read_meta(path)
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    load(path, {**(extra or {}), "model": model_state, "optimizer": optimizer_state})
+    state = {**(extra or {}), "model": model_state, "optimizer": optimizer_state}
+    load(path, state)
+    if extra is not None:  # DCP replaced the values it does not load in place (not tensors)
+        extra.update({name: state[name] for name in extra})
     set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state)
     if meta["setup"]["world_size"] == world_size:
         restore_rng(path, rank)
