@@ -79,6 +79,7 @@ def train_recipe(
     slow_rank: tuple[int, float] | None = None,
     monitoring: dict[str, Any] | None = None,
     attempt: int = 1,
+    task_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One rank's run; rank 0's records land in out_dir/events.jsonl. `runtime_s` with
         `max_steps=None`: a runtime-only job, training that long from here. `parallelism`: the
@@ -87,13 +88,15 @@ def train_recipe(
         is the run folder (the ranks beat there). `slow_rank`: (rank, seconds) added to each of
         that rank's forward passes. `monitoring`: LoopConfig's straggler fields. `attempt`: the
     job's attempt the run stands for. `checkpoint_dir`: the job's checkpoint folder (default:
-    out_dir/checkpoints)."""
+    out_dir/checkpoints). `task_options`: fields of the built TrainingTask to replace."""
     torch.manual_seed(seed)
     definition = get_recipe(recipe)
     task = definition.build(
         definition.hyperparameters(**(hyperparameters or {})),
         RecipeContext(rank, world_size, torch.device("cpu"), seed),
     )
+    for name, value in (task_options or {}).items():
+        setattr(task, name, value)
     task.loss = RiggedLoss(
         task.loss,
         inf_calls=range(*inf_calls) if inf_calls else None,

@@ -161,6 +161,9 @@ class Trainer:
         self.peak = peak_flops(self.device, self.precision)
         self.ddp = self.prepared.module  # what runs forward and backward, DDP or FSDP
         self.optimizer = task.build_optimizer(self.model)
+        self.base_lrs = [float(group["lr"]) for group in self.optimizer.param_groups]
+        """Each group's rate as built: what a recipe's schedule is a factor of (a checkpoint
+        restores the groups' rates as they were at its step)."""
         self.checkpoints = checkpoint.CheckpointManager(
             cfg.checkpoint_dir,
             rank=cfg.rank,
@@ -409,8 +412,8 @@ class Trainer:
         if task.lr_schedule is not None:
             done = self.time_done if self.total_steps is None else self.step / self.total_steps
             factor = task.lr_schedule(self.step, done)
-            for group in groups:
-                group["lr"] = group.setdefault("initial_lr", group["lr"]) * factor
+            for group, base in zip(groups, self.base_lrs, strict=True):
+                group["lr"] = base * factor
             return float(groups[0]["lr"])
         if self.total_steps is None:
             progress = self.time_done
