@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from ampfleet.core.recipes import get_recipe
-from ampfleet.workers.rundir import RecordReader, RecordWriter
+from ampfleet.core.spec import JobSpec
+from ampfleet.workers.rundir import RecordReader, RecordWriter, RunDir
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.parallel import ParallelConfig
 from ampfleet.workers.training.task import RecipeContext
@@ -161,3 +162,31 @@ def losses(out_dir: Path) -> dict[int, float]:
 
 def dump(value: Any) -> str:
     return json.dumps(value, indent=1, default=str)
+
+
+def script_run_folder(root: Path, attempt: int = 1, **spec: Any) -> RunDir:
+    """An attempt's run folder as the node agent prepares it for a script, with the job's
+    stored spec (`spec`: the fields to set); its checkpoints go to root/checkpoints."""
+    submitted = JobSpec.model_validate(
+        {
+            # A bundle's code; what it runs does not matter to the session.
+            "code": {"bundle": "bnd_" + "a" * 26, "entrypoint": "train:main"},
+            "resources": {"accelerator": "cpu"},
+            "log_every_steps": 1,
+            **spec,
+        }
+    )
+    run_dir = RunDir.for_attempt(root / "runs", "job_script", attempt, 0)
+    run_dir.path.mkdir(parents=True)
+    job = {
+        "job_id": "job_script",
+        "attempt": attempt,
+        "spec": submitted.model_dump(mode="json"),
+        "checkpoint_dir": str(root / "checkpoints"),
+        "process_group_timeout_s": 60,
+        "metrics_flush_s": 0.0,
+        "inputs": {},
+        "node": "node-a",
+    }
+    run_dir.job_file.write_text(json.dumps(job))
+    return run_dir

@@ -18,40 +18,12 @@ from torch import nn
 from torch.nn import functional
 
 import ampfleet.train
-from ampfleet.core.spec import JobSpec
 from ampfleet.workers.rundir import RunDir
 from ampfleet.workers.training.precision import cpu_supports_bf16
 from tests.support.localranks import run_ranks
-from tests.support.training import dump, records
+from tests.support.training import dump, records, script_run_folder
 
 FEATURES = 16
-
-
-def run_folder(root: Path, attempt: int = 1, **spec: Any) -> RunDir:
-    """An attempt's run folder as the node agent prepares it, with the job's stored spec."""
-    submitted = JobSpec.model_validate(
-        {
-            # A bundle's code; what it runs does not matter to the session.
-            "code": {"bundle": "bnd_" + "a" * 26, "entrypoint": "train:main"},
-            "resources": {"accelerator": "cpu"},
-            "log_every_steps": 1,
-            **spec,
-        }
-    )
-    run_dir = RunDir.for_attempt(root / "runs", "job_script", attempt, 0)
-    run_dir.path.mkdir(parents=True)
-    job = {
-        "job_id": "job_script",
-        "attempt": attempt,
-        "spec": submitted.model_dump(mode="json"),
-        "checkpoint_dir": str(root / "checkpoints"),
-        "process_group_timeout_s": 60,
-        "metrics_flush_s": 0.0,
-        "inputs": {},
-        "node": "node-a",
-    }
-    run_dir.job_file.write_text(json.dumps(job))
-    return run_dir
 
 
 def batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,7 +113,7 @@ def _metrics(run_dir: RunDir) -> dict[int, dict[str, float]]:
 
 
 def test_a_script_trains_in_bf16_with_a_bf16_reduction(tmp_path: Path) -> None:
-    run_dir = run_folder(
+    run_dir = script_run_folder(
         tmp_path,
         precision="bf16",
         allreduce_dtype="bf16",
@@ -182,9 +154,9 @@ def test_a_later_attempt_resumes_from_the_checkpoint_and_reports_each_step_once(
     tmp_path: Path,
 ) -> None:
     spec = {"precision": "bf16", "allreduce_dtype": "bf16", "stop": {"max_steps": 16}}
-    first = run_folder(tmp_path, attempt=1, **spec)
+    first = script_run_folder(tmp_path, attempt=1, **spec)
     _run(first, attempt=1, save_every=5, stop_after=12)
-    second = run_folder(tmp_path, attempt=2, **spec)
+    second = script_run_folder(tmp_path, attempt=2, **spec)
     results = _run(second, attempt=2, save_every=5)
     # The first attempt died after step 12: its checkpoint of step 10 is the latest.
     assert [r["restored_from"] for r in results] == [10, 10]
@@ -204,7 +176,9 @@ def test_a_later_attempt_resumes_from_the_checkpoint_and_reports_each_step_once(
 
 
 def test_fp16_skips_the_step_of_an_injected_inf(tmp_path: Path) -> None:
-    run_dir = run_folder(tmp_path, precision="fp16", allreduce_dtype="fp32", stop={"max_steps": 6})
+    run_dir = script_run_folder(
+        tmp_path, precision="fp16", allreduce_dtype="fp32", stop={"max_steps": 6}
+    )
     results = _run(run_dir, inf_steps=(3,))
     assert results[0]["stepped"] == {1: True, 2: True, 3: False, 4: True, 5: True, 6: True}
     metrics = _metrics(run_dir)
@@ -218,7 +192,7 @@ def test_fp16_skips_the_step_of_an_injected_inf(tmp_path: Path) -> None:
 def test_auto_falls_back_and_returns_to_the_last_checkpoint(tmp_path: Path) -> None:
     # `auto` computes in bf16 on this CPU where it has bf16, else in fp32 (nothing to fall
     # back from); a streak of 8 non-finite bf16 steps moves it on to fp32.
-    run_dir = run_folder(tmp_path, precision="auto", stop={"max_steps": 20})
+    run_dir = script_run_folder(tmp_path, precision="auto", stop={"max_steps": 20})
     results = _run(run_dir, save_every=4, inf_steps=tuple(range(6, 14)))
     events = [r for r in records(run_dir.path) if r["kind"] == "event"]
     fallbacks = [e for e in events if e["reason"] == "precision_fallback"]
@@ -242,7 +216,7 @@ def test_fsdp_shards_the_model_and_its_checkpoint_resumes_on_one_rank(tmp_path: 
         "parallelism": {"strategy": "fsdp"},
         "stop": {"max_steps": 6},
     }
-    run_dir = run_folder(tmp_path, **spec)
+    run_dir = script_run_folder(tmp_path, **spec)
     _run(run_dir, save_every=4, stop_after=5)
     prepared = [r for r in records(run_dir.path) if r["kind"] == "setup"][-1]
     assert (prepared["strategy"], prepared["gathered_dtype"], prepared["reduction_dtype"]) == (
@@ -254,7 +228,7 @@ def test_fsdp_shards_the_model_and_its_checkpoint_resumes_on_one_rank(tmp_path: 
     assert metrics[4]["time_reduce_scatter_s"] > 0
     assert math.isfinite(metrics[4]["loss"])
     # The next attempt has one rank and DDP: the sharded checkpoint loads into it.
-    again = run_folder(tmp_path, attempt=2, **{**spec, "parallelism": {"strategy": "ddp"}})
+    again = script_run_folder(tmp_path, attempt=2, **{**spec, "parallelism": {"strategy": "ddp"}})
     (result,) = _run(again, world_size=1, attempt=2)
     assert (result["restored_from"], result["step"]) == (4, 6)
     assert sorted(_metrics(again)) == [5, 6]
@@ -263,7 +237,9 @@ def test_fsdp_shards_the_model_and_its_checkpoint_resumes_on_one_rank(tmp_path: 
 def test_sigterm_on_one_rank_stops_both_at_the_same_step_with_a_checkpoint(
     tmp_path: Path,
 ) -> None:
-    run_dir = run_folder(tmp_path, precision="fp32", allreduce_dtype="fp32", stop={"max_steps": 50})
+    run_dir = script_run_folder(
+        tmp_path, precision="fp32", allreduce_dtype="fp32", stop={"max_steps": 50}
+    )
     results = _run(run_dir, sigterm_at=3)
     assert [r["step"] for r in results] == [10, 10]  # the ranks agree at the stop check
     found = records(run_dir.path)
