@@ -128,14 +128,9 @@ class Stop(_Strict):
         "alone, how long to train (then evaluate, checkpoint and export -> SUCCEEDED).",
     )
 
-    @model_validator(mode="after")
-    def _needs_an_end(self) -> Stop:
-        if self.max_steps is None and self.epochs is None and self.max_runtime_s is None:
-            raise ValueError(
-                "give max_steps, epochs or max_runtime_s (alone, it trains until the time "
-                "is up); leave `stop` out for the default of 100 steps"
-            )
-        return self
+    @property
+    def has_end(self) -> bool:
+        return not (self.max_steps is None and self.epochs is None and self.max_runtime_s is None)
 
     @property
     def runtime_only(self) -> bool:
@@ -381,14 +376,32 @@ class JobSpec(_Strict):
             raise ValueError("give either `recipe` (a registered one) or `code` (a bundle)")
         return recipe
 
+    @model_validator(mode="before")
+    @classmethod
+    def _a_script_has_no_default_steps(cls, data: Any) -> Any:
+        """Without `stop`, a script has no step count (its own loop decides), not the 100
+        steps a recipe gets: the stop with no end that only a script may have."""
+        code = data.get("code") if isinstance(data, dict) else None
+        if isinstance(code, dict) and code.get("command") is not None and "stop" not in data:
+            return {**data, "stop": {}}
+        return data
+
     @model_validator(mode="after")
-    def _a_script_counts_its_own_steps(self) -> JobSpec:
-        """A script decides how long it trains; the platform can only limit its time."""
-        counted = self.stop.max_steps is not None or self.stop.epochs is not None
-        if self.is_script and "stop" in self.model_fields_set and counted:
+    def _an_end_that_fits_the_code(self) -> JobSpec:
+        """A recipe's loop needs an end. A script decides its own: `stop.max_steps` is its
+        total (it reads AMPFLEET_MAX_STEPS; the rank-side API reports progress against it
+        and stops there), its passes over its data are its own."""
+        if not self.is_script:
+            if not self.stop.has_end:
+                raise ValueError(
+                    "stop: give max_steps, epochs or max_runtime_s (alone, it trains until "
+                    "the time is up); leave `stop` out for the default of 100 steps"
+                )
+            return self
+        if self.stop.epochs is not None:
             raise ValueError(
-                "stop: a command (script mode) decides its own steps and epochs; give only "
-                "stop.max_runtime_s, a limit on each attempt"
+                "stop.epochs: a command (script mode) counts its own passes over its data; "
+                "give stop.max_steps (its total) or stop.max_runtime_s (a limit per attempt)"
             )
         return self
 

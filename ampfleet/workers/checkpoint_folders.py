@@ -5,7 +5,12 @@ Standard library only."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+META = "meta.json"
+"""Written last into a platform checkpoint (loop or `ampfleet.train`): it is complete."""
+_NAME = re.compile(r"^ckpt-(\d{9})$")
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -14,3 +19,20 @@ def checkpoint_path(directory: Path, step: int) -> Path:
 
 def partial_path(directory: Path, step: int) -> Path:
     return directory / f".ckpt-{step:09d}.partial"
+
+
+def steps_available(directory: Path) -> list[int]:
+    """The steps of the folder's complete platform checkpoints, oldest first."""
+    if not directory.is_dir():
+        return []
+    return sorted(
+        int(m.group(1))
+        for p in directory.iterdir()
+        if (m := _NAME.match(p.name)) and (p / META).exists()
+    )
+
+
+def latest_step(directory: Path) -> int:
+    """The step a launch resumes from: its latest complete checkpoint's, or 0."""
+    steps = steps_available(directory)
+    return steps[-1] if steps else 0

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import resource
 
-from ampfleet.core.memory import MB
+MB = 1 << 20
+"""Not core.memory's: importing it would load the ORM models into every rank."""
 
 MEMORY_LIMIT_FLAG = "--memory-limit-mb"
 

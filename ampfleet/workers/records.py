@@ -45,7 +45,8 @@ Word = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 """A strategy, backend or event reason."""
 Dtype = Annotated[str, Field(pattern=r"^[a-z0-9]{1,8}$")]
 """A precision as the job row holds it (fp32, bf16, fp16)."""
-MetricName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./:-]{0,63}$")]
+METRIC_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_./:-]{0,63}$"
+MetricName = Annotated[str, Field(pattern=METRIC_NAME_PATTERN)]
 ArtifactName = Annotated[str, Field(pattern=NAME_PATTERN, max_length=MAX_NAME_LENGTH)]
 RankPath = Annotated[str, Field(min_length=1, max_length=4096)]
 Message = Annotated[str, Field(max_length=8000)]

@@ -25,6 +25,8 @@ INPUTS = "AMPFLEET_INPUTS"
 INPUT_PREFIX = "AMPFLEET_INPUT_"
 """One variable per input: the name upper-cased, each other character than a letter or a
 digit made `_` (`train-set` -> AMPFLEET_INPUT_TRAIN_SET)."""
+MAX_STEPS = "AMPFLEET_MAX_STEPS"
+"""The spec's stop.max_steps, where it gives one: the script's total (unset otherwise)."""
 JOB_ID = "AMPFLEET_JOB_ID"
 ATTEMPT = "AMPFLEET_ATTEMPT"
 """The attempt's number, from 1; a restart (preemption, a lost node) is the next."""
@@ -62,6 +64,8 @@ def script_environment(
             **{input_variable(name): path for name, path in inputs.items()},
         }
     )
+    if (max_steps := (spec.get("stop") or {}).get("max_steps")) is not None:
+        env[MAX_STEPS] = str(max_steps)
     path = env.get("PATH", "")
     env["PATH"] = f"{Path(interpreter).parent}:{path}" if path else str(Path(interpreter).parent)
     return env

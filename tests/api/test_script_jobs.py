@@ -109,12 +109,18 @@ def test_exactly_one_of_entrypoint_or_command(
     assert "exactly one of `entrypoint`" in response.text
 
 
-def test_a_script_may_limit_its_time_but_not_count_its_steps(
-    client: TestClient, bundle: str
-) -> None:
+def test_a_script_counts_its_own_steps_and_epochs(client: TestClient, bundle: str) -> None:
     command = ["python", "train.py"]
-    counted = client.post("/v1/jobs", json=script(bundle, command, stop={"max_steps": 10}))
-    assert counted.status_code == 422
-    assert "decides its own steps" in counted.text
+    epochs = client.post("/v1/jobs", json=script(bundle, command, stop={"epochs": 2}))
+    assert epochs.status_code == 422
+    assert "counts its own passes" in epochs.text
     limited = client.post("/v1/jobs", json=script(bundle, command, stop={"max_runtime_s": 60}))
     assert limited.status_code == 202, limited.text
+    counted = client.post("/v1/jobs", json=script(bundle, command, stop={"max_steps": 10}))
+    assert counted.status_code == 202, counted.text
+    assert counted.json()["total_steps"] == 10
+    unbounded = client.post("/v1/jobs", json=script(bundle, ["python", "train.py", "-v"]))
+    assert unbounded.status_code == 202, unbounded.text
+    assert unbounded.json()["total_steps"] is None
+    stored = client.get(f"/v1/jobs/{unbounded.json()['id']}").json()["spec"]["stop"]
+    assert stored == {"max_steps": None, "epochs": None, "max_runtime_s": None}

@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from ampfleet.core.recipes import get_recipe
-from ampfleet.workers.rundir import RecordReader, RecordWriter
+from ampfleet.core.spec import JobSpec
+from ampfleet.workers.rundir import RecordReader, RecordWriter, RunDir
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.parallel import ParallelConfig
 from ampfleet.workers.training.task import RecipeContext
@@ -79,6 +80,7 @@ def train_recipe(
     slow_rank: tuple[int, float] | None = None,
     monitoring: dict[str, Any] | None = None,
     attempt: int = 1,
+    task_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One rank's run; rank 0's records land in out_dir/events.jsonl. `runtime_s` with
         `max_steps=None`: a runtime-only job, training that long from here. `parallelism`: the
@@ -87,13 +89,15 @@ def train_recipe(
         is the run folder (the ranks beat there). `slow_rank`: (rank, seconds) added to each of
         that rank's forward passes. `monitoring`: LoopConfig's straggler fields. `attempt`: the
     job's attempt the run stands for. `checkpoint_dir`: the job's checkpoint folder (default:
-    out_dir/checkpoints)."""
+    out_dir/checkpoints). `task_options`: fields of the built TrainingTask to replace."""
     torch.manual_seed(seed)
     definition = get_recipe(recipe)
     task = definition.build(
         definition.hyperparameters(**(hyperparameters or {})),
         RecipeContext(rank, world_size, torch.device("cpu"), seed),
     )
+    for name, value in (task_options or {}).items():
+        setattr(task, name, value)
     task.loss = RiggedLoss(
         task.loss,
         inf_calls=range(*inf_calls) if inf_calls else None,
@@ -158,3 +162,31 @@ def losses(out_dir: Path) -> dict[int, float]:
 
 def dump(value: Any) -> str:
     return json.dumps(value, indent=1, default=str)
+
+
+def script_run_folder(root: Path, attempt: int = 1, **spec: Any) -> RunDir:
+    """An attempt's run folder as the node agent prepares it for a script, with the job's
+    stored spec (`spec`: the fields to set); its checkpoints go to root/checkpoints."""
+    submitted = JobSpec.model_validate(
+        {
+            # A bundle's code; what it runs does not matter to the session.
+            "code": {"bundle": "bnd_" + "a" * 26, "entrypoint": "train:main"},
+            "resources": {"accelerator": "cpu"},
+            "log_every_steps": 1,
+            **spec,
+        }
+    )
+    run_dir = RunDir.for_attempt(root / "runs", "job_script", attempt, 0)
+    run_dir.path.mkdir(parents=True)
+    job = {
+        "job_id": "job_script",
+        "attempt": attempt,
+        "spec": submitted.model_dump(mode="json"),
+        "checkpoint_dir": str(root / "checkpoints"),
+        "process_group_timeout_s": 60,
+        "metrics_flush_s": 0.0,
+        "inputs": {},
+        "node": "node-a",
+    }
+    run_dir.job_file.write_text(json.dumps(job))
+    return run_dir

@@ -208,7 +208,7 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
         attempt=0,
         gang_size=spec.resources.gang_size,
         step=0,
-        total_steps=None if spec.is_script else spec.stop.max_steps,  # a script's, once read
+        total_steps=spec.stop.max_steps,  # a script without one: its own, once read
         latest_metrics={},
     )
     if idempotency_key is None:

@@ -47,28 +47,21 @@ from torch.optim import Optimizer
 
 from ampfleet.core.artifact_names import checkpoint_name
 from ampfleet.workers import stored_checkpoints
-from ampfleet.workers.checkpoint_folders import checkpoint_path, partial_path
+from ampfleet.workers.checkpoint_folders import (
+    META,
+    checkpoint_path,
+    partial_path,
+    steps_available,
+)
 from ampfleet.workers.stored_checkpoints import Stored
 from ampfleet.workers.training.group import new_group
 
 FORMAT_VERSION = 2
-META = "meta.json"
-_NAME = re.compile(r"^ckpt-(\d{9})$")
 _PARTIAL = re.compile(r"^\.ckpt-\d{9}\.partial$")
 
 
 def rng_path(checkpoint: Path, rank: int) -> Path:
     return checkpoint / f"rng-rank{rank}.pt"
-
-
-def steps_available(directory: Path) -> list[int]:
-    if not directory.is_dir():
-        return []
-    return sorted(
-        int(m.group(1))
-        for p in directory.iterdir()
-        if (m := _NAME.match(p.name)) and (p / META).exists()
-    )
 
 
 def latest(directory: Path) -> Path | None:
@@ -101,26 +94,37 @@ class Restored:
     backend and each phase's dtype."""
     scaler: dict[str, Any]
     """The loss scaler's state (a pass-through one's unless it was made in fp16)."""
-    micro_batches_consumed: int
-    micro_batches_per_epoch: int
-    """The data position, in the saved world's micro-batches."""
+    micro_batches_consumed: int = 0
+    micro_batches_per_epoch: int = 0
+    """The data position, in the saved world's micro-batches (the built-in loop's; a
+    script's session keeps its data position in its own state, if at all)."""
     allreduce_auto: dict[str, Any] | None = None
     """What `allreduce_dtype: auto` measured (allreduce.AutoChoice's fields); None when
     the run did not measure."""
 
 
 def restore_latest(
-    directory: Path, model: nn.Module, optimizer: Optimizer, *, rank: int, world_size: int
+    directory: Path,
+    model: nn.Module,
+    optimizer: Optimizer,
+    *,
+    rank: int,
+    world_size: int,
+    extra: dict[str, Any] | None = None,
 ) -> Restored | None:
     """Loads the latest checkpoint into `model` and `optimizer` (any world size, either
     strategy), and this rank's RNG where the world size is the one it was made on; None when
-    there is no checkpoint yet. Collective."""
+    there is no checkpoint yet. `extra`: more entries saved beside them (a script's
+    scheduler, its counters), loaded in place as DCP loads them. Collective."""
     path = latest(directory)
     if path is None:
         return None
     meta = read_meta(path)
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    load(path, {"model": model_state, "optimizer": optimizer_state})
+    state = {**(extra or {}), "model": model_state, "optimizer": optimizer_state}
+    load(path, state)
+    if extra is not None:  # DCP replaced the values it does not load in place (not tensors)
+        extra.update({name: state[name] for name in extra})
     set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state)
     if meta["setup"]["world_size"] == world_size:
         restore_rng(path, rank)
@@ -128,8 +132,8 @@ def restore_latest(
         step=int(meta["step"]),
         setup=meta["setup"],
         scaler=meta["scaler"],
-        micro_batches_consumed=int(meta["micro_batches_consumed"]),
-        micro_batches_per_epoch=int(meta["micro_batches_per_epoch"]),
+        micro_batches_consumed=int(meta.get("micro_batches_consumed", 0)),
+        micro_batches_per_epoch=int(meta.get("micro_batches_per_epoch", 0)),
         allreduce_auto=meta.get("allreduce_auto"),
     )
 
@@ -252,6 +256,21 @@ class CheckpointManager:
 AWAITING_UPLOAD_AT_MOST = 4
 """Checkpoints kept beyond the last K while the store lacks them: a bound on the disk an
 unreachable store can cost."""
+
+
+def not_uploaded_message(steps: list[int], stored: Stored, keep_last: int) -> str:
+    """What a `checkpoint_not_uploaded` event says: keep-last-K deleted `steps` on this node
+    before the store (which lists `stored`) had them."""
+    has = (
+        "the store has none yet"
+        if stored.newest_step is None
+        else f"the store's newest is step {stored.newest_step}"
+    )
+    return (
+        f"deleted the checkpoint(s) of step {', '.join(map(str, steps))} on this node before "
+        f"the artifact store had them: uploads are behind ({has}), and a node keeps at most "
+        f"{AWAITING_UPLOAD_AT_MOST} waiting beyond checkpoint.keep_last={keep_last}"
+    )
 
 
 def prune(directory: Path, keep_last: int, stored: Stored | None = None) -> list[int]:

@@ -27,26 +27,14 @@ from ampfleet.workers.heartbeat import Heartbeat, heartbeat_file
 from ampfleet.workers.rundir import RecordWriter, RunDir
 from ampfleet.workers.stored_checkpoints import Stored
 from ampfleet.workers.training import checkpoint
-from ampfleet.workers.training.allreduce import (
-    DDP_BUCKET_ELEMENTS,
-    AllReduceState,
-    AutoChoice,
-    measure_auto,
-)
+from ampfleet.workers.training.allreduce import AllReduceState
 from ampfleet.workers.training.flops import StepFlops, peak_flops
-from ampfleet.workers.training.parallel import (
-    MB,
-    ParallelConfig,
-    ParallelModel,
-    choose_strategy,
-    compile_unavailable,
-)
-from ampfleet.workers.training.precision import (
-    DTYPES,
-    autocast,
-    later_in_chain,
-    next_precision,
-    resolve_allreduce_dtype,
+from ampfleet.workers.training.parallel import ParallelConfig, ParallelModel
+from ampfleet.workers.training.precision import autocast
+from ampfleet.workers.training.prepared import (
+    PrecisionFallbackError,
+    PreparedModel,
+    TrainingDivergedError,
 )
 from ampfleet.workers.training.profiling import StepProfiler
 from ampfleet.workers.training.reporting import StepOutcome, StepReporter
@@ -57,20 +45,8 @@ from ampfleet.workers.training.timing import StepTimer
 # Ranks agree on stopping (preemption), and on starting a requested profile, every this many
 # steps: a tiny collective, but on a GPU it is also a host-device sync, so not every step.
 STOP_CHECK_EVERY = 10
-# Consecutive steps with non-finite gradients before we act. fp16 gets more room: its
-# loss scaler is expected to overflow a few times while it finds its level.
-NONFINITE_STREAK_LIMIT = {"fp16": 16, "bf16": 8, "fp32": 8}
 
-
-class TrainingDivergedError(RuntimeError):
-    pass
-
-
-class PrecisionFallbackError(Exception):
-    def __init__(self, target: str, reason: str) -> None:
-        super().__init__(reason)
-        self.target = target
-        self.reason = reason
+__all__ = ["LoopConfig", "PrecisionFallbackError", "Trainer", "TrainingDivergedError"]
 
 
 @dataclass(frozen=True)
@@ -164,37 +140,30 @@ class Trainer:
         self.cfg = cfg
         self.writer = writer
         self.device = cfg.device
-        self.precision = cfg.precision
-        if cfg.parallel.compile and (reason := compile_unavailable(self.device)):
-            raise RuntimeError(reason)
-        self.model = task.model.to(self.device)
+        self.prepared = PreparedModel(
+            task.model,
+            blocks=task.blocks,
+            requested_precision=cfg.requested_precision,
+            requested_allreduce_dtype=cfg.requested_allreduce_dtype,
+            precision=cfg.precision,
+            allreduce_dtype=cfg.allreduce_dtype,
+            backend=cfg.backend,
+            device=cfg.device,
+            world_size=cfg.world_size,
+            parallel=cfg.parallel,
+            ranks_on_node=cfg.ranks_on_node,
+            guard_every_steps=cfg.guard_every_steps,
+            guard_threshold=cfg.guard_threshold,
+            record=self._record,
+        )
+        self.model = self.prepared.model
         self.flops = StepFlops(task.grad_accum_steps)
         self.peak = peak_flops(self.device, self.precision)
-        self.strategy = choose_strategy(
-            cfg.parallel, self.model, self.device, cfg.world_size, cfg.ranks_on_node
-        )
-        self.comm = AllReduceState(
-            dtype=DTYPES[cfg.allreduce_dtype],
-            backend=cfg.backend,
-            guard_every=cfg.guard_every_steps,
-            guard_threshold=cfg.guard_threshold,
-        )
-        self.parallel = ParallelModel(
-            self.model,
-            self.strategy.strategy,
-            blocks=task.blocks,
-            cfg=cfg.parallel,
-            precision=self.precision,
-            comm=self.comm,
-            device=self.device,
-        )
-        self.ddp = self.parallel.module  # what runs forward and backward, DDP or FSDP
-        self.auto_allreduce: AutoChoice | None = None
-        """What `allreduce_dtype: auto` took, measured here or kept from a checkpoint."""
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=task.learning_rate, weight_decay=task.weight_decay
-        )
-        self.scaler = self.parallel.make_grad_scaler(self.precision, self.device)
+        self.ddp = self.prepared.module  # what runs forward and backward, DDP or FSDP
+        self.optimizer = task.build_optimizer(self.model)
+        self.base_lrs = [float(group["lr"]) for group in self.optimizer.param_groups]
+        """Each group's rate as built: what a recipe's schedule is a factor of (a checkpoint
+        restores the groups' rates as they were at its step)."""
         self.checkpoints = checkpoint.CheckpointManager(
             cfg.checkpoint_dir,
             rank=cfg.rank,
@@ -233,11 +202,8 @@ class Trainer:
         self.started = time.monotonic()
         self.time_done = 0.0  # a runtime-only job's share of its time, as the ranks agreed
         self.step = 0
-        self.skipped_steps = 0
-        self.nonfinite_streak = 0
         self.checkpoint_owed = False
         self.preempted = False
-        self.allreduce_switch_reported = False
         self.batches: Iterator[Batch] = iter(())
         self.clock = AttemptClock(resumed_from=0)
         """Where this attempt's time goes, for goodput; reset once it knows its start."""
@@ -271,6 +237,18 @@ class Trainer:
             ),
         )
 
+    @property
+    def precision(self) -> str:
+        return self.prepared.precision
+
+    @property
+    def comm(self) -> AllReduceState:
+        return self.prepared.comm
+
+    @property
+    def parallel(self) -> ParallelModel:
+        return self.prepared.parallel
+
     def _beat(self, phase: str, step: int | None = None) -> None:
         """This rank entered `phase`: of the step it is taking, or after the steps done."""
         if self.heartbeat is not None:
@@ -282,8 +260,7 @@ class Trainer:
         try:
             return self._run()
         finally:
-            # A live communication thread at interpreter exit aborts the process.
-            self.comm.close()
+            self.prepared.close()
             self.checkpoints.close()
             if self.heartbeat is not None:
                 self.heartbeat.close()
@@ -291,10 +268,14 @@ class Trainer:
     def _run(self) -> dict[str, float]:
         restored = self._restore()
         if restored is not None:
-            self._continue_precision_of(restored)
-        self._choose_auto_allreduce(restored)
+            self.prepared.continue_precision_of(restored.setup, restored.scaler)
+        self.prepared.choose_auto_allreduce(
+            restored.allreduce_auto if restored else None,
+            restored.step if restored else None,
+            self.cfg.attempt,
+        )
         self.clock = AttemptClock(resumed_from=self.step)
-        if self._may_fall_back() and checkpoint.latest(self.cfg.checkpoint_dir) is None:
+        if self.prepared.may_fall_back() and checkpoint.latest(self.cfg.checkpoint_dir) is None:
             self._save()  # the "last good" point a precision fallback returns to
         self._record(
             "started",
@@ -304,16 +285,7 @@ class Trainer:
             backend=self.cfg.backend,
             **self._setup(),
         )
-        choice = self.strategy
-        if self.cfg.parallel.strategy == "auto":
-            self._record(
-                "event",
-                reason="parallelism",
-                message=f"{choice.strategy.upper()}: model states "
-                f"{choice.state_bytes / MB:,.0f} MB per replica ({choice.reason}), "
-                f"{self.parallel.state_bytes_per_rank() / MB:,.0f} MB on each rank; "
-                + ", ".join(f"{k} {v}" for k, v in self.parallel.dtypes(self.precision).items()),
-            )
+        self.prepared.strategy_event()
         print(
             f"rank {self.cfg.rank}/{self.cfg.world_size} on {self.device} ({self.cfg.backend}): "
             f"{self.precision} compute, {self.comm.dtype_name} AllReduce, "
@@ -399,7 +371,7 @@ class Trainer:
                 timer.move("forward", "comm_exposed", self.parallel.times.total() - gathered)
                 reduced = self.parallel.times.total()
                 with timer.phase("backward"):
-                    self.scaler.scale(loss).backward()
+                    self.prepared.backward(loss)
                 timer.move("backward", "comm_exposed", self.parallel.times.total() - reduced)
             if last_micro and self.comm.last_launch:
                 # Backward returned only once the last bucket's AllReduce was done.
@@ -409,16 +381,7 @@ class Trainer:
             loss_sum += loss.detach().float()
 
         with timer.phase("optimizer"):
-            self.scaler.unscale_(self.optimizer)
-            # Gradients are identical on every rank after the AllReduce, so every rank
-            # takes the same decision here without another collective.
-            grad_norm = self.parallel.clip_grad_norm(task.grad_clip if task.grad_clip else math.inf)
-            finite = bool(torch.isfinite(grad_norm))
-            self._check_finite(finite)
-            if finite or self.precision == "fp16":
-                self.scaler.step(self.optimizer)  # fp16: skips the update itself on overflow
-            self.scaler.update()
-            self.optimizer.zero_grad(set_to_none=True)
+            grad_norm, _ = self.prepared.finish_step(self.optimizer, task.grad_clip, self.step)
         self.step += 1
         return StepOutcome(
             step=self.step,
@@ -429,20 +392,29 @@ class Trainer:
             grad_norm=grad_norm,
             timer=timer,
             precision=self.precision,
-            skipped_steps=self.skipped_steps,
+            skipped_steps=self.prepared.skipped_steps,
             allreduce_bytes=self.comm.bytes_this_step,
             allreduce_relative_error=self.comm.last_relative_error,
-            loss_scale=float(self.scaler.get_scale())
-            if reporting and self.precision == "fp16"
-            else None,
-            fsdp_times=(self.parallel.times.all_gather_s, self.parallel.times.reduce_scatter_s)
-            if self.parallel.strategy == "fsdp"
-            else None,
+            loss_scale=self.prepared.loss_scale() if reporting else None,
+            fsdp_times=self.prepared.fsdp_times(),
         )
 
     def _begin_step(self) -> float:
         """Sets this step's learning rate (returned) and readies the communication."""
-        task = self.task
+        lr = self._set_learning_rate()
+        self.prepared.begin_step(self.step)
+        return lr
+
+    def _set_learning_rate(self) -> float:
+        """This step's rate on every parameter group, by the recipe's schedule or the
+        platform's; returns the first group's."""
+        task, groups = self.task, self.optimizer.param_groups
+        if task.lr_schedule is not None:
+            done = self.time_done if self.total_steps is None else self.step / self.total_steps
+            factor = task.lr_schedule(self.step, done)
+            for group, base in zip(groups, self.base_lrs, strict=True):
+                group["lr"] = base * factor
+            return float(groups[0]["lr"])
         if self.total_steps is None:
             progress = self.time_done
         else:
@@ -450,22 +422,14 @@ class Trainer:
                 self.total_steps - task.warmup_steps, 1
             )
         lr = lr_at(self.step, base=task.learning_rate, warmup=task.warmup_steps, progress=progress)
-        for group in self.optimizer.param_groups:
+        for group in groups:
             group["lr"] = lr
-        reduce_dtype = self.comm.dtype
-        self.comm.begin_step(self.step)
-        if self.comm.dtype != reduce_dtype:  # the guard switched the job to fp32
-            self.parallel.set_dtypes(self.precision, self.comm.dtype)
-        self.parallel.times.reset()
         return lr
 
     def _after_step(self) -> None:
         cfg = self.cfg
         self.checkpoints.poll()
-        if self.comm.switch_reason and not self.allreduce_switch_reported:
-            self.allreduce_switch_reported = True
-            self._record("event", reason="allreduce_fallback", message=self.comm.switch_reason)
-            self._record("setup", **self._setup())
+        self.prepared.report_allreduce_switch()
         if (
             cfg.eval_every_steps
             and self.step % cfg.eval_every_steps == 0
@@ -476,7 +440,7 @@ class Trainer:
             self.checkpoint_owed = True
         # Never checkpoint inside a streak of skipped steps: such a checkpoint holds no
         # progress, and keeping only the last K could push out the last good one.
-        if self.checkpoint_owed and self.nonfinite_streak == 0:
+        if self.checkpoint_owed and self.prepared.nonfinite_streak == 0:
             self._save()
             self.checkpoint_owed = False
 
@@ -497,56 +461,6 @@ class Trainer:
         self.profiler.agreed(profile, self.step)
         return bool(preempted), until is not None and share >= 1.0
 
-    def _choose_auto_allreduce(self, restored: checkpoint.Restored | None) -> None:
-        """`allreduce_dtype: auto` under DDP across ranks: time an fp32 and a half-precision
-        reduction of one gradient bucket on the job's own process group and keep half
-        precision only where it pays: where the wire, not the CPU that casts and swaps, is
-        what a reduction waits on. Every rank takes the slowest rank's figures, so all
-        choose alike; the figures are an event. FSDP reduce-scatters in the policy's dtype.
-
-        A job measures once: an attempt resuming a checkpoint keeps the choice it was made
-        under (every rank restores the same one, so all keep alike), unless this attempt
-        runs on another world size or backend, where the figures say nothing; then it
-        measures again, and the event says why."""
-        cfg = self.cfg
-        half = cfg.allreduce_dtype
-        if (
-            cfg.requested_allreduce_dtype != "auto"
-            or half == "fp32"
-            or cfg.world_size < 2
-            or self.strategy.strategy != "ddp"
-        ):
-            return
-        saved = restored.allreduce_auto if restored is not None else None
-        earlier = AutoChoice(**saved) if saved else None
-        if restored is not None and earlier is not None:
-            if earlier.applies_to(cfg.world_size, cfg.backend):
-                self._take_auto_allreduce(
-                    earlier,
-                    f"kept {earlier.dtype}, the choice the checkpoint of step {restored.step} "
-                    f"was made under ({earlier.describe()})",
-                )
-                return
-            again = (
-                f"measured again: the earlier choice ({earlier.dtype}) was measured on "
-                f"{earlier.world_size} {earlier.backend} ranks"
-            )
-        elif cfg.attempt > 1:
-            again = "measured again: no checkpoint of an earlier attempt carries its choice"
-        else:
-            again = ""
-        parameters = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
-        choice = measure_auto(self.comm, half, min(parameters, DDP_BUCKET_ELEMENTS), self.device)
-        self._take_auto_allreduce(choice, "; ".join(filter(None, [choice.describe(), again])))
-
-    def _take_auto_allreduce(self, choice: AutoChoice, message: str) -> None:
-        self.auto_allreduce = choice
-        dtype = choice.dtype
-        if dtype != "fp32":  # a half-precision choice follows the compute, as `_fall_back`
-            dtype = resolve_allreduce_dtype("auto", self.precision, self.cfg.backend)
-        self.comm.dtype = DTYPES[dtype]
-        self._record("event", reason="allreduce_auto", message=message)
-
     def _planned(self) -> str:
         if self.total_steps is not None:
             return f"{self.total_steps} steps"
@@ -555,45 +469,13 @@ class Trainer:
 
     # -- precision fallback ---------------------------------------------------------------
 
-    def _may_fall_back(self) -> bool:
-        return self.cfg.requested_precision == "auto" and self.precision != "fp32"
-
-    def _check_finite(self, finite: bool) -> None:
-        if finite:
-            self.nonfinite_streak = 0
-            return
-        self.skipped_steps += 1
-        self.nonfinite_streak += 1
-        if self.nonfinite_streak < NONFINITE_STREAK_LIMIT[self.precision]:
-            return
-        what = (
-            f"gradients were non-finite for {self.nonfinite_streak} steps in a row at step "
-            f"{self.step} under {self.precision}"
-        )
-        target = next_precision(self.precision, self.device)
-        if self._may_fall_back() and target is not None:
-            raise PrecisionFallbackError(target, what)
-        advice = (
-            "use precision 'auto' or 'bf16'"
-            if self.precision == "fp16"
-            else ("lower the learning rate or clip harder")
-        )
-        raise TrainingDivergedError(f"{what}: {advice}")
-
     def _fall_back(self, fallback: PrecisionFallbackError) -> None:
         previous = self.precision
-        measured_fp32 = self.auto_allreduce is not None and self.auto_allreduce.dtype == "fp32"
-        auto = self.cfg.requested_allreduce_dtype == "auto" and not measured_fp32
-        if auto and self.comm.switch_reason is None:
-            self.comm.dtype = DTYPES[
-                resolve_allreduce_dtype("auto", fallback.target, self.cfg.backend)
-            ]
-        self._use_precision(fallback.target)
+        self.prepared.fall_back(fallback.target)
         self.optimizer.zero_grad(set_to_none=True)  # the failed step's gradients
         with self.clock.checkpointing():
             self.checkpoints.wait()
         dist.barrier()  # rank 0 has published the last save before anyone looks for it
-        self.nonfinite_streak = 0
         # The last good checkpoint, from before the streak of non-finite steps began (none
         # is written inside a streak, and one exists from step 0 on: see `_run`). It was
         # made in an earlier precision than this one, so it has none to continue.
@@ -609,27 +491,8 @@ class Trainer:
         )
         self._record("setup", **self._setup())
 
-    def _use_precision(self, precision: str) -> None:
-        """Computes in `precision` from the next step: the model's dtypes, a new scaler."""
-        self.precision = precision
-        self.parallel.set_dtypes(precision, self.comm.dtype)
-        self.scaler = self.parallel.make_grad_scaler(precision, self.device)
-
-    def _continue_precision_of(self, restored: checkpoint.Restored) -> None:
-        """An `auto` job keeps the fallback an earlier attempt took (it would fail the same
-        way again), and fp16 keeps the loss scale it had found."""
-        saved = restored.setup["precision"]
-        if self.cfg.requested_precision == "auto" and later_in_chain(saved, self.precision):
-            self._use_precision(saved)
-        if saved == "fp16" and self.precision == "fp16":
-            self.scaler.load_state_dict(restored.scaler)
-
     def _setup(self) -> dict[str, str]:
-        return {
-            "precision": self.precision,
-            "allreduce_dtype": self.comm.dtype_name,
-            **self.parallel.dtypes(self.precision),
-        }
+        return self.prepared.setup()
 
     # -- data, evaluation, checkpoints ----------------------------------------------------
 
@@ -692,8 +555,8 @@ class Trainer:
         meta = {
             "micro_batches_consumed": self.step * self.task.grad_accum_steps,
             "micro_batches_per_epoch": len(self.loader),
-            "scaler": self.scaler.state_dict(),
-            "allreduce_auto": asdict(self.auto_allreduce) if self.auto_allreduce else None,
+            "scaler": self.prepared.scaler.state_dict(),
+            "allreduce_auto": asdict(auto) if (auto := self.prepared.auto_allreduce) else None,
             "setup": {
                 **self._setup(),
                 "world_size": self.cfg.world_size,
@@ -714,19 +577,8 @@ class Trainer:
 
     def _gave_up(self, steps: list[int], stored: Stored) -> None:
         """Rank 0: keep-last-K deleted checkpoints the store never had (uploads behind)."""
-        has = (
-            "the store has none yet"
-            if stored.newest_step is None
-            else f"the store's newest is step {stored.newest_step}"
-        )
-        self._record(
-            "event",
-            reason="checkpoint_not_uploaded",
-            message=f"deleted the checkpoint(s) of step {', '.join(map(str, steps))} on this "
-            f"node before the artifact store had them: uploads are behind ({has}), and a node "
-            f"keeps at most {checkpoint.AWAITING_UPLOAD_AT_MOST} waiting beyond "
-            f"checkpoint.keep_last={self.cfg.keep_last_checkpoints}",
-        )
+        message = checkpoint.not_uploaded_message(steps, stored, self.cfg.keep_last_checkpoints)
+        self._record("event", reason="checkpoint_not_uploaded", message=message)
 
     def _restore(self) -> checkpoint.Restored | None:
         """Back to the latest checkpoint, or to the start when there is none: weights,

@@ -39,8 +39,9 @@ class StepOutcome:
     started: float
     """`time.perf_counter()` as the step began."""
     learning_rate: float
-    loss_sum: torch.Tensor
-    """This rank's loss, summed over the micro-steps (each divided by their count)."""
+    loss_sum: torch.Tensor | None
+    """This rank's loss, summed over the micro-steps (each divided by their count); None: a
+    script's report that names no loss."""
     grad_norm: torch.Tensor
     timer: StepTimer
     """Time per phase; only a reported step is timed."""
@@ -75,7 +76,7 @@ class StepReporter:
         self.world_size = world_size
         self.device = device
         self.samples_per_step = samples_per_step
-        """Samples in one optimizer step, every rank's together."""
+        """Samples in one optimizer step, every rank's together; 0: unknown (no samples/s)."""
         self.flops = flops
         self.peak = peak
         self.total_steps = total_steps
@@ -83,9 +84,14 @@ class StepReporter:
         self.stragglers = stragglers
         self.compute_reported = False
 
-    def report(self, outcome: StepOutcome) -> dict[str, float]:
-        """The step's metrics, written and printed. Every rank calls it on a reported step."""
+    def report(
+        self, outcome: StepOutcome, extra: dict[str, float] | None = None
+    ) -> dict[str, float]:
+        """The step's metrics, written and printed. Every rank calls it on a reported step.
+        `extra`: more values of the step (a script's own), written beside the platform's;
+        a name the platform reports itself is the platform's."""
         metrics = self._metrics(outcome)
+        metrics.update({k: v for k, v in (extra or {}).items() if k not in metrics})
         if self.stragglers is not None:
             compute = [metrics[f"compute_s_rank{r}"] for r in range(self.world_size)]
             ratio, events = self.stragglers.observe(outcome.step, compute)
@@ -104,9 +110,13 @@ class StepReporter:
             )
         self.record("metrics", step=outcome.step, values=metrics)
         if self.rank == 0:
+            loss = f" loss {metrics['loss']:.4g}" if "loss" in metrics else ""
+            pace = (
+                f" {metrics['samples_per_s']:.0f} samples/s" if "samples_per_s" in metrics else ""
+            )
             print(
-                f"step {outcome.step}/{self.total_steps or '?'} loss {metrics['loss']:.4g} "
-                f"lr {outcome.learning_rate:.2e} {metrics['samples_per_s']:.0f} samples/s",
+                f"step {outcome.step}/{self.total_steps or '?'}{loss} "
+                f"lr {outcome.learning_rate:.2e}{pace}",
                 flush=True,
             )
         self.record("progress", step=outcome.step, total_steps=self.total_steps)
@@ -119,20 +129,27 @@ class StepReporter:
         peaks[self.rank] = peak_memory_bytes(self.device) / MB
         busy = torch.zeros(world_size, device=self.device)
         busy[self.rank] = sum(timer.seconds.get(p, 0.0) for p in COMPUTE_PHASES)
-        reported = torch.cat([outcome.loss_sum.reshape(1), peaks, busy])
+        loss = torch.zeros(1, device=self.device)
+        if outcome.loss_sum is not None:
+            loss = outcome.loss_sum.reshape(1).to(self.device, torch.float32)
+        reported = torch.cat([loss, peaks, busy])
         dist.all_reduce(reported)
         loss_sum = reported[0]
         peaks, busy = reported[1:].split(world_size)
         step_time = time.perf_counter() - outcome.started
         metrics: dict[str, float] = {
-            "loss": loss_sum.item() / world_size,
+            **({"loss": loss_sum.item() / world_size} if outcome.loss_sum is not None else {}),
             "peak_memory_mb": float(peaks.max()),
             **{f"peak_memory_mb_rank{r}": float(mb) for r, mb in enumerate(peaks.tolist())},
             **{f"compute_s_rank{r}": float(s) for r, s in enumerate(busy.tolist())},
             "learning_rate": outcome.learning_rate,
             "grad_norm": grad_norm,
             "step_time_s": step_time,
-            "samples_per_s": self.samples_per_step / step_time,
+            **(
+                {"samples_per_s": self.samples_per_step / step_time}
+                if self.samples_per_step
+                else {}
+            ),
             "skipped_steps": float(outcome.skipped_steps),
             "allreduce_bytes": float(outcome.allreduce_bytes),
             **{f"time_{name}_s": seconds for name, seconds in timer.seconds.items()},

@@ -36,6 +36,7 @@ from typing import Any
 from ampfleet.core.accounting import AttemptClock
 from ampfleet.core.artifact_names import MANIFEST, checkpoint_name
 from ampfleet.core.spec import PYTHON_PROGRAMS, command_script, describe_command
+from ampfleet.workers.checkpoint_folders import latest_step
 from ampfleet.workers.heartbeat import Heartbeat, heartbeat_file
 from ampfleet.workers.parent_death import (
     PARENT_PID_VARIABLE,
@@ -132,15 +133,19 @@ class ScriptRank:
 
     def run(self) -> int:
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)  # the agent's, on a fleet
-        resumed = script_checkpoints.put_back(self.checkpoint_dir, int(self.job["attempt"]))
-        self.progress = ProgressReader(resumed or 0)
-        self.clock = AttemptClock(resumed_from=resumed or 0)
+        carried = script_checkpoints.put_back(self.checkpoint_dir, int(self.job["attempt"]))
+        # Where the attempt resumes: the script's own files carried over, or the latest
+        # checkpoint its ampfleet.train session saved (it restores that one); the agent
+        # keeps the earlier attempts' points up to there.
+        resumed = max(carried or 0, latest_step(self.checkpoint_dir))
+        self.progress = ProgressReader(resumed)
+        self.clock = AttemptClock(resumed_from=resumed)
         self.run_dir.output_dir.mkdir(parents=True, exist_ok=True)
         self._write_hyperparameters()
         argv = self._checked_argv()
         if self.rank == 0:
             self.writer = RecordWriter(self.run_dir.events_file, float(self.job["metrics_flush_s"]))
-            self._started(self.writer, resumed or 0)
+            self._started(self.writer, resumed)
         self._heartbeat = Heartbeat(heartbeat_file(self.run_dir.path, self.rank))
         try:
             code = self._run_child(argv) if not (self.preempting or self.stopping) else None

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.optim import Optimizer
 from torch.utils.data import Dataset
 
 Batch = Any
@@ -31,7 +32,8 @@ class RecipeContext:
 
 @dataclass
 class TrainingTask:
-    """A model, its data and how to score it; the loop owns precision, DDP and the schedule."""
+    """A model, its data and how to score it; the loop owns precision, DDP and, unless the
+    recipe brings its own (`make_optimizer`, `lr_schedule`), the optimizer and schedule."""
 
     model: nn.Module
     train_dataset: Dataset[Any]
@@ -57,3 +59,21 @@ class TrainingTask:
     """The modules FSDP shards one by one (a transformer's layers); None: the model's
     top-level children that hold parameters. Whatever is not in a block (embeddings, a
     tied head) is sharded with the model itself."""
+    make_optimizer: Callable[[nn.Module], Optimizer] | None = None
+    """The recipe's own optimizer, built over the model as the loop prepared it: under FSDP
+    its parameters are this rank's shards, so build it from the `nn.Module` given, never
+    from parameters taken earlier. None: AdamW with `learning_rate` and `weight_decay`."""
+    lr_schedule: Callable[[int, float], float] | None = None
+    """The recipe's own schedule: `lr_schedule(step, progress)` is the factor on each
+    parameter group's initial learning rate for step `step` (0-based), `progress` the share
+    of the run done (of its steps, or of a runtime-only job's time), 0 to 1. A function of
+    the step rather than a stateful scheduler, so a resumed run continues it exactly.
+    None: linear warmup over `warmup_steps`, then cosine decay to 10% of `learning_rate`,
+    for every parameter group alike."""
+
+    def build_optimizer(self, model: nn.Module) -> Optimizer:
+        if self.make_optimizer is not None:
+            return self.make_optimizer(model)
+        return torch.optim.AdamW(
+            model.parameters(), lr=self.learning_rate, weight_decay=self.weight_decay
+        )
