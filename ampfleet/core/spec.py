@@ -386,24 +386,26 @@ class JobSpec(_Strict):
             return {**data, "stop": {}}
         return data
 
-    @model_validator(mode="after")
-    def _an_end_that_fits_the_code(self) -> JobSpec:
+    @field_validator("stop")
+    @classmethod
+    def _an_end_that_fits_the_code(cls, stop: Stop, info: ValidationInfo) -> Stop:
         """A recipe's loop needs an end. A script decides its own: `stop.max_steps` is its
         total (it reads AMPFLEET_MAX_STEPS; the rank-side API reports progress against it
         and stops there), its passes over its data are its own."""
-        if not self.is_script:
-            if not self.stop.has_end:
+        code = info.data.get("code")  # `code` comes first; absent when it was wrong
+        if code is None or not code.is_script:
+            if not stop.has_end:
                 raise ValueError(
-                    "stop: give max_steps, epochs or max_runtime_s (alone, it trains until "
-                    "the time is up); leave `stop` out for the default of 100 steps"
+                    "give max_steps, epochs or max_runtime_s (alone, it trains until the "
+                    "time is up); leave `stop` out for the default of 100 steps"
                 )
-            return self
-        if self.stop.epochs is not None:
+            return stop
+        if stop.epochs is not None:
             raise ValueError(
-                "stop.epochs: a command (script mode) counts its own passes over its data; "
-                "give stop.max_steps (its total) or stop.max_runtime_s (a limit per attempt)"
+                "a command (script mode) counts its own passes over its data (no epochs); "
+                "give max_steps (its total) or max_runtime_s (a limit per attempt)"
             )
-        return self
+        return stop
 
     @property
     def is_script(self) -> bool:

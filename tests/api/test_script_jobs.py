@@ -114,13 +114,14 @@ def test_a_script_counts_its_own_steps_and_epochs(client: TestClient, bundle: st
     epochs = client.post("/v1/jobs", json=script(bundle, command, stop={"epochs": 2}))
     assert epochs.status_code == 422
     assert "counts its own passes" in epochs.text
+    assert "stop" in {d["field"] for d in epochs.json()["error"]["details"]}
     limited = client.post("/v1/jobs", json=script(bundle, command, stop={"max_runtime_s": 60}))
     assert limited.status_code == 202, limited.text
     counted = client.post("/v1/jobs", json=script(bundle, command, stop={"max_steps": 10}))
     assert counted.status_code == 202, counted.text
-    assert counted.json()["total_steps"] == 10
+    assert client.get(counted.headers["Location"]).json()["progress"]["total_steps"] == 10
     unbounded = client.post("/v1/jobs", json=script(bundle, ["python", "train.py", "-v"]))
     assert unbounded.status_code == 202, unbounded.text
-    assert unbounded.json()["total_steps"] is None
-    stored = client.get(f"/v1/jobs/{unbounded.json()['id']}").json()["spec"]["stop"]
-    assert stored == {"max_steps": None, "epochs": None, "max_runtime_s": None}
+    stored = client.get(unbounded.headers["Location"]).json()
+    assert stored["progress"]["total_steps"] is None
+    assert stored["spec"]["stop"] == {"max_steps": None, "epochs": None, "max_runtime_s": None}
