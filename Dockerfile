@@ -5,8 +5,9 @@ ARG TORCH_SPEC="torch==2.13.0"
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 
 WORKDIR /app
-# The sandbox of bundled code: bubblewrap, and libseccomp for its system call filter.
-RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap libseccomp2 \
+# The sandbox of bundled code: bubblewrap, libseccomp for its system call filter, and
+# nftables for the egress filter of multi-node ranks and pip (workers/egress.py).
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap libseccomp2 nftables \
     && rm -rf /var/lib/apt/lists/*
 RUN pip install "${TORCH_SPEC}"
 COPY pyproject.toml README.md ./

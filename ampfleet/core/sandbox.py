@@ -10,7 +10,7 @@ core/unprivileged.py where the worker is root), with no capabilities, no new use
 namespace, a seccomp filter, and it dies with its parent. A single-node attempt gets a
 network namespace of its own with loopback only: nothing of the host's (database, broker,
 API, other jobs' rendezvous) is reachable; a multi-node attempt keeps the host's network,
-for its peers (README: threat model).
+for its peers, under the egress filter of its uid (workers/egress.py, README: threat model).
 
 Standard library only: the API asks `bubblewrap_problem` before it accepts bundled code.
 """

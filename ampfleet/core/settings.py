@@ -213,7 +213,8 @@ class Settings(BaseSettings):
         ge=1000,
         description="Where a root worker runs sandboxed processes: host uids from this one on "
         "(pip's installs get the first, each attempt on a node one of its own after it); "
-        "none of them may belong to a real user or service.",
+        "none of them may belong to a real user or service, and workers sharing a network "
+        "namespace need ranges of their own (the egress filter matches these uids).",
     )
     sandbox_uid_count: int = Field(
         1024,

@@ -14,7 +14,7 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import select, update
@@ -185,6 +185,7 @@ class NodeAgent:
                 .where(Allocation.job_id == job_id, Allocation.attempt == attempt)
                 .order_by(Allocation.node_rank)
             ).all()
+            peers = self._peers(session, allocations)
             rendezvous = None
             if node_rank == 0 and len(allocations) > 1:
                 rendezvous = f"{self.settings.node_address}:{_free_port()}"
@@ -212,7 +213,17 @@ class NodeAgent:
                 code_dir=brought.get("code_dir"),
                 input_paths=tuple(brought["inputs"].values()),
                 python=brought.get("python"),
+                peers=peers,
             )
+
+    def _peers(self, session: Session, allocations: Sequence[Allocation]) -> tuple[str, ...]:
+        """The addresses of the attempt's nodes, this one's included (a multi-node attempt's
+        sandboxed ranks reach these only: egress.py)."""
+        if len(allocations) < 2:
+            return ()
+        ids = [a.node_id for a in allocations]
+        nodes = session.scalars(select(Node).where(Node.id.in_(ids))).all()
+        return tuple(dict.fromkeys([self.settings.node_address, *(n.address for n in nodes)]))
 
     def _still_wanted(self, session: Session, job: Job) -> bool:
         """Move the job to STARTING, unless a cancel or a preemption got there first; then

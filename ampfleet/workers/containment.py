@@ -5,12 +5,16 @@ network, and the bubblewrap command line that joins them (core/sandbox.py).
 Each attempt running here gets a uid of its own from the operator's range, so host files
 follow their permissions and no two attempts share an owner; its run and checkpoint folders
 are given to that uid. A single-node attempt gets a network namespace with loopback only,
-so its ranks and their rendezvous reach nothing of the host's, and no other job's store.
+so its ranks and their rendezvous reach nothing of the host's, and no other job's store. A
+multi-node attempt keeps the host's network, to meet its peers, under the egress filter of
+its uid (egress.py): TCP to its nodes' addresses on ephemeral ports, nothing else. Where the
+filter cannot be set, it is not launched.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -25,9 +29,11 @@ from ampfleet.core.memory import MB
 from ampfleet.core.models import Job
 from ampfleet.core.sandbox import Confinement, give_to, sandboxed
 from ampfleet.core.settings import Settings
+from ampfleet.workers import egress
 from ampfleet.workers.limits import RankLimits, TaskGroup
 from ampfleet.workers.netif import SOCKET_INTERFACE_VARIABLES
 
+log = logging.getLogger(__name__)
 LAUNCHER_MEMORY_MB = 1024
 """Beyond the ranks' slot shares: torchrun, the launcher, the interpreters' own start."""
 
@@ -73,6 +79,8 @@ class Contained:
     own_network: bool
     seccomp_fd: int | None
     _pool: UidPool | None = field(default=None, repr=False)
+    filtered: bool = False
+    """Its uid's egress is filtered (a multi-node attempt): the rules go on `close`."""
 
     @classmethod
     def prepare(
@@ -84,11 +92,20 @@ class Contained:
         nnodes: int,
         memory_mb: int | None,
         writable: list[Path],
+        peers: tuple[str, ...] = (),
     ) -> Contained:
         """`memory_mb`: what all its processes on this node may use together (None: no
-        memory cgroup; see `attempt_memory_mb`)."""
+        memory cgroup; see `attempt_memory_mb`). `peers`: a multi-node attempt's nodes'
+        addresses, this node's included: all its ranks may connect to."""
+        own_network = nnodes == 1
+        if not own_network:
+            _can_filter(peers)
         uid = pool.take() if os.geteuid() == 0 else None
+        filtered = False
         try:
+            if not own_network and uid is not None:
+                egress.hold(uid, egress.to_peers(peers))
+                filtered = True
             for folder in writable:
                 folder.mkdir(parents=True, exist_ok=True)
                 if uid is not None:
@@ -104,10 +121,9 @@ class Contained:
             os.lseek(seccomp_fd, 0, os.SEEK_SET)
         except BaseException:
             if uid is not None:
-                pool.give_back(uid)
+                _unfilter_and_give_back(pool, uid, filtered)
             raise
-        own_network = nnodes == 1
-        return cls(TaskGroup(name, limits), uid, own_network, seccomp_fd, pool)
+        return cls(TaskGroup(name, limits), uid, own_network, seccomp_fd, pool, filtered)
 
     def command(
         self,
@@ -156,11 +172,38 @@ class Contained:
             self.seccomp_fd = None
 
     def close(self) -> None:
+        """After its processes have exited; its egress rules go even if the rest fails."""
         self.launched()
-        self.tasks.remove()
-        if self.uid is not None and self._pool is not None:
-            self._pool.give_back(self.uid)
-            self.uid = None
+        try:
+            self.tasks.remove()
+        finally:
+            if self.uid is not None and self._pool is not None:
+                _unfilter_and_give_back(self._pool, self.uid, self.filtered)
+                self.uid = None
+                self.filtered = False
+
+
+def _can_filter(peers: tuple[str, ...]) -> None:
+    """A multi-node attempt runs only under the egress filter: why it cannot, if so."""
+    if not peers:
+        raise ValueError("a multi-node attempt needs its nodes' addresses (peers)")
+    if (problem := egress.problem()) is not None:
+        raise RuntimeError(
+            "a multi-node attempt of bundled code keeps the host's network and runs only "
+            f"under the egress filter of its uid, which this node cannot set: {problem}"
+        )
+
+
+def _unfilter_and_give_back(pool: UidPool, uid: int, filtered: bool) -> None:
+    """A uid whose rules could not be removed stays out of the pool: still filtered, and
+    taken by no other attempt (a worker's restart clears it)."""
+    if filtered:
+        try:
+            egress.release(uid)
+        except Exception:
+            log.exception("the egress rules of uid %s could not be removed; it stays unused", uid)
+            return
+    pool.give_back(uid)
 
 
 def report_limits(session: Session, contained: Contained, job_id: str, node: str) -> None:

@@ -2,22 +2,30 @@
 what a hostile tenant would (sandbox_probe.py), launched exactly as ranks are: the same
 uid, cgroups, seccomp program, network namespace and folders (containment.py).
 
+A multi-node attempt's ranks keep the host's network under the egress filter of their uid
+(egress.py): launched as one, the probe must connect to a peer's ephemeral port, and to
+nothing else (a loopback listener, the control plane).
+
 Each check says what was tried, whether it held, and what happened. A node where one does
 not hold should not run other people's code: the command exits 1.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.core.settings import Settings
+from ampfleet.workers import egress
 from ampfleet.workers.containment import Contained, UidPool
 
 PROBE_HEADROOM_MB = 512
@@ -32,9 +40,10 @@ class Check:
     detail: str
 
 
-def control_plane(settings: Settings) -> list[tuple[str, int]]:
+def control_plane(settings: Settings, *, listening: bool = True) -> list[tuple[str, int]]:
     """The addresses a rank must not reach: the database, the broker, the API, the object
-    store, and every TCP port this host listens on (from /proc/net/tcp, at most 50)."""
+    store, and (`listening`) every TCP port this host listens on (from /proc/net/tcp, at
+    most 50)."""
     found: list[tuple[str, int]] = []
     for url, default in (
         (settings.effective_database_url, 5432),
@@ -45,7 +54,7 @@ def control_plane(settings: Settings) -> list[tuple[str, int]]:
         if parts.hostname:
             found.append((parts.hostname, parts.port or default))
     found.append(("127.0.0.1", settings.api_port))
-    found += _listening()[:50]
+    found += _listening()[:50] if listening else []
     return list(dict.fromkeys(found))
 
 
@@ -67,8 +76,15 @@ def probe_memory_mb(settings: Settings) -> int:
     return settings.sandbox_tmp_mb + PROBE_HEADROOM_MB
 
 
-def probe(settings: Settings, request: dict[str, object], *, nnodes: int = 1) -> dict[str, str]:
-    """Runs the probe in a sandbox of a one-rank attempt of its own; what it reported."""
+def probe(
+    settings: Settings,
+    request: dict[str, object],
+    *,
+    nnodes: int = 1,
+    peers: tuple[str, ...] = (),
+) -> dict[str, str]:
+    """Runs the probe in a sandbox of a one-rank attempt of its own (of `nnodes` nodes at
+    `peers`); what it reported."""
     pool = UidPool(settings.sandbox_first_uid, settings.sandbox_uid_count)
     settings.data_dir.resolve().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=settings.data_dir.resolve(), prefix=".doctor-") as tmp:
@@ -80,6 +96,7 @@ def probe(settings: Settings, request: dict[str, object], *, nnodes: int = 1) ->
             nnodes=nnodes,
             memory_mb=probe_memory_mb(settings),
             writable=[run_dir, checkpoints],
+            peers=peers,
         )
         try:
             command = [
@@ -150,7 +167,55 @@ def check_node(settings: Settings) -> list[Check]:
             shared,
         )
     )
+    return checks + egress_checks(settings)
+
+
+def egress_checks(settings: Settings) -> list[Check]:
+    """A multi-node rank, its node its only peer, connects to a listener on the node's
+    address at an ephemeral port, and not to one on loopback below that range, nor to the
+    control plane."""
+    if (problem := egress.problem()) is not None:
+        detail = f"this node refuses multi-node bundled attempts: {problem}"
+        return [Check("multi-node ranks run only under the egress filter", True, detail)]
+    address = str(min(egress.addresses_of(settings.node_address), key=str))
+    first, _ = egress.ephemeral_ports()
+    below = range(first - 1, 1023, -1)  # where services listen
+    with _listener(address, [0]) as peer, _listener("127.0.0.1", below) as low:
+        refused = [low, *control_plane(settings, listening=False)]
+        try:
+            found = probe(
+                settings, {"connect": [peer, *refused]}, nnodes=2, peers=(settings.node_address,)
+            )
+        except egress.EgressError as exc:  # its uid filtered by a running worker, say
+            return [Check("the egress filter of a multi-node rank can be set", False, str(exc))]
+    said = found[f"connect {peer[0]}:{peer[1]}"]
+    reached = f"a multi-node rank reaches its peer {peer[0]}:{peer[1]} (ephemeral port)"
+    checks = [Check(reached, said == "done: 'connected'", said)]
+    for host, port in refused:
+        checks.append(
+            _refused(
+                found,
+                f"connect {host}:{port}",
+                f"a multi-node rank cannot connect to {host}:{port}",
+            )
+        )
     return checks
+
+
+@contextlib.contextmanager
+def _listener(host: str, ports: Iterable[int]) -> Iterator[tuple[str, int]]:
+    """A TCP listener on `host` at the first of `ports` that is free (0: one the kernel
+    picks, in its ephemeral range)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as server:
+        for port in ports:
+            with contextlib.suppress(OSError):
+                server.bind((host, port))
+                break
+        else:
+            raise RuntimeError(f"no port free on {host} among those tried")
+        server.listen()
+        yield host, int(server.getsockname()[1])
 
 
 def _installation_in_root() -> list[str]:

@@ -14,11 +14,15 @@ Each requirement is checked again here, by the rule the API applied at submit
 it. pip runs inside the sandbox where there is one (only the new environment writable, no GPU
 device bound), and always with `--only-binary=:all:`, after the operator's options
 (AMPFLEET_PIP_ARGS) so that none of them (`--no-binary`, `--no-build-isolation`) undoes it:
-building a source distribution would run its setup code on the node.
+building a source distribution would run its setup code on the node. Where every index is
+local (`--no-index --find-links /wheels`, `file://`), pip's sandbox has no network at all;
+otherwise its uid reaches only the index's addresses and port, and DNS, while it installs
+(egress.py), or pip does not run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shlex
@@ -29,19 +33,31 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ampfleet.core.requirements import requirement_problem
 from ampfleet.core.sandbox import Confinement, give_to, open_to_sandboxes, sandboxed
 from ampfleet.core.settings import Settings
+from ampfleet.workers import egress
 
 WORKER_LAYER = "_ampfleet_worker.pth"
 PIP_TIMEOUT_S = 1800
 OUTPUT_EVERY_S = 1.0
 # Last on pip's command line: of its format options, the last one given wins.
 WHEELS_ONLY = ("--only-binary=:all:",)
+PYPI = ("https://pypi.org/simple", "https://files.pythonhosted.org")
+"""pip's index when told none; PyPI serves the files its pages link from the second host."""
+WHERE_OPTIONS = {
+    "--index-url": "index",
+    "-i": "index",
+    "--extra-index-url": "extra",
+    "--find-links": "links",
+    "-f": "links",
+    "--proxy": "proxy",
+}
 
 
 class RequirementsError(RuntimeError):
@@ -99,7 +115,8 @@ def ensure_env(
             timeout=120,
         )
         _layer_over_worker(partial)
-        _pip_install(settings, partial, requirements, Path(incoming), on_output)
+        with network_for_pip(settings):
+            _pip_install(settings, partial, requirements, Path(incoming), on_output)
         open_to_sandboxes(partial)  # ranks read it as unprivileged uids
         try:
             partial.rename(target)
@@ -198,9 +215,72 @@ def pip_command(
         writable=[scratch],
         readable=_local_folders(pip_options(settings)),
         devices=[],  # pip and a wheel's install need no GPU
-        # The index is on the network: pip keeps the host's (README: threat model).
-        confinement=Confinement(uid=settings.sandbox_first_uid, own_network=False),
+        # An index on the network: the host's, under the egress filter (network_for_pip).
+        confinement=Confinement(
+            uid=settings.sandbox_first_uid,
+            own_network=not index_endpoints(pip_options(settings)),
+        ),
     )
+
+
+def index_endpoints(options: Sequence[str]) -> list[tuple[str, int]]:
+    """The hosts and ports pip connects to, given `options`: the proxy's, or each remote
+    index's and link page's; none where each is a local path or `file://` (pip's sandbox
+    then has no network at all)."""
+    given: dict[str, list[str]] = {kind: [] for kind in set(WHERE_OPTIONS.values())}
+    words = iter(options)
+    for word in words:
+        name, equals, value = word.partition("=")
+        if name in WHERE_OPTIONS:
+            given[WHERE_OPTIONS[name]].append(value if equals else next(words, ""))
+        elif word[:2] in ("-i", "-f") and len(word) > 2:  # -ihttps://...
+            given[WHERE_OPTIONS[word[:2]]].append(word[2:])
+    if "--no-index" in options:
+        sources = given["links"]
+    else:
+        sources = [*(given["index"][-1:] or PYPI), *given["extra"], *given["links"]]
+    remote = [found for found in map(_remote, sources) if found is not None]
+    if remote and given["proxy"]:
+        proxy = _remote(given["proxy"][-1], proxy=True)
+        return [proxy] if proxy else []
+    return list(dict.fromkeys(remote))
+
+
+def _remote(url: str, *, proxy: bool = False) -> tuple[str, int] | None:
+    """A URL's host and port, where it is on the network (http, https; a proxy's also
+    socks, and pip takes one without a scheme)."""
+    parts = urlsplit(url if "://" in url or not proxy else f"http://{url}")
+    known = {"http": 80, "https": 443}
+    if not parts.hostname or (parts.scheme not in known and not proxy):
+        return None
+    return parts.hostname, parts.port or known.get(parts.scheme, 1080)
+
+
+@contextlib.contextmanager
+def network_for_pip(settings: Settings) -> Iterator[None]:
+    """While pip installs: its uid reaches the index's addresses (resolved now) and port,
+    and the resolvers, and nothing else of the host's network; with a local index it has
+    none at all (pip_command). Where the filter cannot be set, pip does not run."""
+    endpoints = index_endpoints(pip_options(settings))
+    if settings.sandbox != "bubblewrap" or not endpoints:
+        yield  # unconfined by the operator's choice, or in a network namespace of its own
+        return
+    where = ", ".join(f"{host}:{port}" for host, port in endpoints)
+    if (problem := egress.problem()) is not None:
+        raise RequirementsError(
+            f"code.requirements need the index on the network ({where}), which pip's "
+            f"sandbox reaches only under the egress filter, and this node cannot set it: "
+            f"{problem}"
+        )
+    try:
+        allowed = egress.to_index(endpoints)
+    except egress.EgressError as exc:
+        raise RequirementsError(f"code.requirements cannot reach the index: {exc}") from exc
+    egress.hold(settings.sandbox_first_uid, allowed)
+    try:
+        yield
+    finally:
+        egress.release(settings.sandbox_first_uid)
 
 
 def _local_folders(options: list[str]) -> list[Path]:

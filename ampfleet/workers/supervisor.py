@@ -32,7 +32,7 @@ from ampfleet.core.models import Job
 from ampfleet.core.node_health import HUNG, cordon_if_hanging
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import LAUNCHED_STATES, SLOT_HOLDING_STATES, JobState
-from ampfleet.workers import disk
+from ampfleet.workers import disk, egress
 from ampfleet.workers.containment import (
     Contained,
     UidPool,
@@ -86,6 +86,9 @@ class LaunchRequest:
     code_dir: str | None = None  # set: the ranks run bundled code, in the sandbox if on
     input_paths: tuple[str, ...] = ()  # the job's inputs on this node: read-only in the sandbox
     python: str | None = None  # the interpreter of its code.requirements, if it has any
+    peers: tuple[str, ...] = ()
+    """Every allocated node's address, this one's included: all a multi-node attempt's
+    sandboxed ranks may connect to (containment.py, egress.py)."""
     checkpoint_dir: Path = field(kw_only=True)
     """The job's checkpoint folder on this node (the ranks write it)."""
     hang_timeout_s: float = field(kw_only=True)
@@ -172,8 +175,18 @@ class Supervisor:
         self.nvml = Nvml.open()
 
     def start(self) -> None:
+        self._clear_stale_egress()
         self.uploads.start()
         self._thread.start()
+
+    def _clear_stale_egress(self) -> None:
+        """Egress rules of this node's uids left by a worker (or doctor) that died with an
+        attempt: none is held now, so no rule of theirs stays to refuse the next attempt."""
+        if egress.problem() is not None:
+            return
+        first, count = self.settings.sandbox_first_uid, self.settings.sandbox_uid_count
+        if cleared := egress.clear_stale(first, count):
+            log.info("cleared the stale egress rules of uids %s", cleared)
 
     def launch(self, request: LaunchRequest) -> None:
         """Launches once this node holds the job's latest stored checkpoint."""
@@ -322,6 +335,7 @@ class Supervisor:
             nnodes=request.nnodes,
             memory_mb=attempt_memory_mb(self.slot_memory_mb, request.procs_per_node),
             writable=[request.run_dir.path, request.checkpoint_dir],
+            peers=request.peers,
         )
 
     def _sandboxed(

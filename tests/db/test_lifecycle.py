@@ -254,3 +254,17 @@ def test_a_follower_node_waits_for_the_rendezvous_off_the_calling_thread(backend
     finally:
         agent.rendezvous.stop()
     assert (request.job_id, request.node_rank, request.rendezvous) == (job_id, 1, "127.0.0.1:29400")
+
+
+def test_a_multi_node_claim_names_every_node_s_address_for_its_sandbox(backend: str) -> None:
+    """What a multi-node attempt's sandboxed ranks may connect to (workers/egress.py)."""
+    job_id = _two_node_attempt(JobState.SCHEDULED, claimed=(False, False))
+    with session_scope() as session:
+        for name, address in (("node-x", "127.0.0.2"), ("node-y", "127.0.0.3")):
+            session.execute(update(Node).where(Node.id == name).values(address=address))
+    settings = get_settings().model_copy(
+        update={"node_name": "node-y", "node_address": "127.0.0.3"}
+    )
+    request = NodeAgent(settings, CPU)._claim(job_id, 1, 1)
+    assert request is not None
+    assert sorted(request.peers) == ["127.0.0.2", "127.0.0.3"]
