@@ -27,6 +27,7 @@ def test_monitoring_is_off_by_default_and_the_prefix_gets_a_separator() -> None:
     assert Settings().redis_key_prefix == ""
 
 
+@pytest.mark.slow  # long tier (make test-all): a fault, limit or load scenario
 def test_celery_inspect_sees_workers_and_every_key_is_prefixed(
     make_fleet: FleetFactory, redis_url: str
 ) -> None:

@@ -14,6 +14,7 @@ from tests.support.fleet import FleetFactory
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow  # long tier (make test-all): a fault, limit or load scenario
 def test_fp32_allreduce_of_a_digits_job_is_diagnosed(make_fleet: FleetFactory) -> None:
     fleet = make_fleet("postgres+redis")
     spec = job_spec(

@@ -16,6 +16,7 @@ from tests.support.fleet import Fleet, FleetFactory
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow  # long tier (make test-all): a fault, limit or load scenario
 def test_fifty_concurrent_identical_submits_make_one_job(fleet: Fleet) -> None:
     spec = job_spec(stop={"max_steps": 5})
     headers = {"Idempotency-Key": "ci-build-1234", **fleet.http.headers}

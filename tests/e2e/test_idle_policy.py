@@ -20,6 +20,7 @@ def _node_ranks(exposition: str) -> float:
     return sum(float(value) for value in NODE_RANKS.findall(exposition))
 
 
+@pytest.mark.slow  # long tier (make test-all): a fault, limit or load scenario
 def test_a_job_that_idles_is_told_and_stopped(make_fleet: FleetFactory, tmp_path: Path) -> None:
     fleet = make_fleet(
         extra_env={

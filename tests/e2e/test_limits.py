@@ -12,6 +12,7 @@ from tests.support.factories import job_spec
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow  # long tier (make test-all): a fault, limit or load scenario
 def test_runtime_and_volume_limits(make_fleet) -> None:
     fleet = make_fleet(
         extra_env={
@@ -34,6 +35,7 @@ def test_runtime_and_volume_limits(make_fleet) -> None:
     assert reasons.count("log_limit_reached") == 1
 
 
+@pytest.mark.slow  # long tier (make test-all): a fault, limit or load scenario
 def test_a_runtime_only_job_trains_until_its_time_is_up_and_succeeds(make_fleet) -> None:
     fleet = make_fleet()
     job = fleet.submit(job_spec(stop={"max_runtime_s": 10}))

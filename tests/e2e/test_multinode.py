@@ -11,6 +11,7 @@ from tests.support.fleet import rank_processes
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow  # long tier: make test has two hosts in tests/network/test_multihost.py
 def test_two_node_gloo_job_end_to_end(make_fleet) -> None:
     fleet = make_fleet("postgres+redis", nodes=("node-a", "node-b"), cpu_slots=1)
     spec = job_spec(

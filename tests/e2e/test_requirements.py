@@ -69,6 +69,7 @@ def requirement_lines(fleet: Fleet, job_id: str) -> list[str]:
     return [line["line"] for line in lines if line["line"].startswith("[requirements]")]
 
 
+@pytest.mark.slow  # long tier (make test-all): a fault, limit or load scenario
 def test_requirements_install_once_and_a_failed_install_fails_the_job(
     make_fleet: FleetFactory, tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ from tests.support.fleet import transitions
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow  # long tier (make test-all): a fault, limit or load scenario
 def test_preemption_checkpoints_requeues_and_resumes(make_fleet) -> None:
     fleet = make_fleet()
     low = fleet.submit(

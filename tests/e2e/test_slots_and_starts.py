@@ -49,6 +49,7 @@ def event_time(fleet: Fleet, job_id: str, to_state: str) -> str:
     return str(next(e["time"] for e in fleet.events(job_id) if e["to_state"] == to_state))
 
 
+@pytest.mark.slow  # long tier (make test-all): a fault, limit or load scenario
 def test_a_cancelled_preempted_job_keeps_its_slot_until_its_rank_exits(make_fleet) -> None:
     fleet = make_fleet(cpu_slots=1)
     low = fleet.submit(job_spec(resources=ONE_RANK, stop={"max_steps": 1_000_000}, priority="low"))

@@ -50,6 +50,7 @@ def test_two_hosts_by_two_ranks_succeed_over_a_shaped_link(fleet: BedFleet) -> N
     _run_across_both_hosts(fleet, procs_per_node=2)
 
 
+@pytest.mark.slow  # long tier (make test-all): a fault, limit or load scenario
 def test_auto_allreduce_measures_the_link_and_takes_what_it_measured(fleet: BedFleet) -> None:
     """A 4 MiB bucket takes about 35 ms across 1 Gbit/s as fp32 and half the bytes as bf16;
     whether bf16 wins also depends on the CPU the casts and the pair swap get (on this

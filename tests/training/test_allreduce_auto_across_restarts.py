@@ -47,6 +47,7 @@ def _started(attempt: list[dict]) -> dict:
     return started
 
 
+@pytest.mark.slow  # long tier (make test-all): a fault, limit or load scenario
 def test_a_restart_keeps_the_auto_allreduce_dtype_it_measured(tmp_path: Path) -> None:
     first = _attempt(tmp_path, 2, max_steps=30, crash_call=25)  # dies after step 20's save
     [measured] = _auto_events(first)
