@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,26 +15,13 @@ import yaml
 
 from ampfleet.core.sandbox import bubblewrap_problem
 from tests.conftest import FleetFactory
-from tests.support.fleet import Fleet
+from tests.support.fleet import fleet_cli
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(bubblewrap_problem() is not None, reason="needs a working bubblewrap"),
 ]
 ROWS = 600
-
-
-def cli(fleet: Fleet, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**fleet.env, "AMPFLEET_URL": fleet.base_url, "AMPFLEET_API_KEY": fleet.admin_key}
-    return subprocess.run(
-        [sys.executable, "-m", "ampfleet.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
 
 
 def three_clouds(path: Path) -> None:
@@ -54,7 +39,7 @@ def test_an_init_project_with_its_dataset_trains_and_its_outputs_download(
     make_fleet: FleetFactory, tmp_path: Path
 ) -> None:
     fleet = make_fleet("embedded", cpu_slots=2)
-    made = cli(fleet, "init", "my-model", "--dir", str(tmp_path / "my-model"), cwd=tmp_path)
+    made = fleet_cli(fleet, "init", "my-model", "--dir", str(tmp_path / "my-model"), cwd=tmp_path)
     assert made.returncode == 0, made.stdout + made.stderr
     project = tmp_path / "my-model"
     spec = yaml.safe_load((project / "job.yaml").read_text())
@@ -62,7 +47,7 @@ def test_an_init_project_with_its_dataset_trains_and_its_outputs_download(
     (project / "job.yaml").write_text(yaml.safe_dump(spec))
     three_clouds(tmp_path / "clouds.csv")
 
-    submitted = cli(
+    submitted = fleet_cli(
         fleet,
         "submit",
         "job.yaml",
@@ -89,7 +74,7 @@ def test_an_init_project_with_its_dataset_trains_and_its_outputs_download(
 
     out = tmp_path / "downloaded"
     for args in ([], ["--name", "outputs/data_summary.json"]):
-        fetched = cli(fleet, "download", job_id, "-o", str(out), *args, cwd=tmp_path)
+        fetched = fleet_cli(fleet, "download", job_id, "-o", str(out), *args, cwd=tmp_path)
         assert fetched.returncode == 0, fetched.stdout + fetched.stderr
     assert (out / "model.safetensors").stat().st_size > 0
     manifest = json.loads((out / "manifest.json").read_text())

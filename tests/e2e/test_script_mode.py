@@ -10,8 +10,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,19 +37,6 @@ def fleet(
         yield started
 
 
-def cli(fleet: Fleet, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**fleet.env, "AMPFLEET_URL": fleet.base_url, "AMPFLEET_API_KEY": fleet.admin_key}
-    return subprocess.run(
-        [sys.executable, "-m", "ampfleet.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-
-
 def script_processes(job_id: str) -> list[int]:
     """Pids whose environment names the job: its scripts (torchrun's ranks name it too)."""
     needle = f"AMPFLEET_JOB_ID={job_id}".encode()
@@ -71,7 +56,7 @@ def test_a_plain_ddp_script_runs_unchanged_on_two_ranks(fleet: Fleet, tmp_path: 
     project.mkdir()
     (project / "train.py").write_bytes(DDP_TRAIN)
     (project / "job.yaml").write_text(yaml.safe_dump({"resources": {"procs_per_node": 2}}))
-    submitted = cli(
+    submitted = fleet_cli(
         fleet,
         *("submit", "job.yaml", "--code", ".", "--follow"),
         *("--", "python", "train.py", "--epochs", "2"),

@@ -212,6 +212,20 @@ class Fleet:
 FleetFactory = Callable[..., Fleet]  # the make_fleet fixture (tests/conftest.py)
 
 
+def fleet_cli(fleet: Fleet, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The `ampfleet` command line of a user of `fleet`, run from `cwd`."""
+    env = {**fleet.env, "AMPFLEET_URL": fleet.base_url, "AMPFLEET_API_KEY": fleet.admin_key}
+    return subprocess.run(
+        [sys.executable, "-m", "ampfleet.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
 def rank_processes(job_id: str) -> list[int]:
     """Pids whose command line mentions the job (its run folder): torchrun and ranks."""
     pids = []
