@@ -19,7 +19,7 @@ import yaml
 
 from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.sdk import Client
-from tests.support.fleet import FLEET_CONFIGURATIONS, Fleet, running_fleet
+from tests.support.fleet import FLEET_CONFIGURATIONS, Fleet, fleet_cli, running_fleet
 from tests.support.scripts import DDP_TRAIN, FAILING, LONG_RUNNING
 
 pytestmark = [
