@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import ForbiddenError, Principal, ProjectScope
 from ampfleet.api.bundles import repository as bundles
+from ampfleet.api.bundles.service import entrypoint_problem
 from ampfleet.api.errors import (
     ConflictError,
     ErrorDetail,
@@ -98,6 +99,9 @@ def code_bundle(session: Session, project: str, code: CodeSpec) -> Bundle:
         raise UnprocessableError.for_field(
             "code.bundle", f"bundle {code.bundle} not found in project {project}"
         )
+    problem = entrypoint_problem(bundle, code.entrypoint)
+    if problem:
+        raise UnprocessableError.for_field("code.entrypoint", problem)
     return bundle
 
 
