@@ -1,6 +1,7 @@
 """A job that runs the user's own recipe from an uploaded bundle, with real processes: the
 bundle is fetched and unpacked on the node, its entrypoint imported by the ranks, its output
-listed; a wrong entrypoint or wrong hyperparameters end FAILED with the reason. These fleets
+listed; an entrypoint the bundle lacks is refused at submit, one whose import fails or
+wrong hyperparameters end FAILED with the reason. These fleets
 run it unconfined (AMPFLEET_SANDBOX=none); tests/e2e/test_sandbox.py runs it contained."""
 
 from __future__ import annotations
@@ -56,7 +57,14 @@ def code_spec(bundle: str, entrypoint: str, **overrides: Any) -> dict[str, Any]:
 
 
 def test_bundled_recipe_runs_and_bad_ones_fail_with_the_reason(fleet: Fleet) -> None:
-    body = zip_of({"my_pkg/__init__.py": b"", "my_pkg/recipe.py": RECIPE})
+    body = zip_of(
+        {
+            "my_pkg/__init__.py": b"",
+            "my_pkg/recipe.py": RECIPE,
+            # Binds `recipe` as far as the API can tell; only importing it fails.
+            "my_pkg/broken.py": b"import not_a_package_anyone_installed\n\nrecipe = None\n",
+        }
+    )
     uploaded = fleet.http.post("/v1/bundles", content=body)
     assert uploaded.status_code == 201, uploaded.text
     bundle = uploaded.json()["id"]
@@ -64,9 +72,10 @@ def test_bundled_recipe_runs_and_bad_ones_fail_with_the_reason(fleet: Fleet) -> 
     good = fleet.submit(
         code_spec(bundle, "my_pkg.recipe:recipe", hyperparameters={"greeting": "hi"})
     )
-    missing = fleet.submit(
-        code_spec(bundle, "my_pkg.nothing:recipe", resources={"procs_per_node": 1})
-    )
+    refused = fleet.http.post("/v1/jobs", json=code_spec(bundle, "my_pkg.nothing:recipe"))
+    assert refused.status_code == 422, refused.text
+    assert "no module my_pkg.nothing in bundle" in refused.json()["error"]["message"]
+    broken = fleet.submit(code_spec(bundle, "my_pkg.broken:recipe"))  # 2 ranks
     wrong = fleet.submit(
         code_spec(
             bundle,
@@ -83,8 +92,9 @@ def test_bundled_recipe_runs_and_bad_ones_fail_with_the_reason(fleet: Fleet) -> 
     assert "model.safetensors" in names
     assert fleet.http.get(names["outputs/greeting.txt"]).text == "hi"
 
-    failed = fleet.wait_for_state(missing["id"], {"FAILED"}, timeout=120)
-    assert "no module my_pkg.nothing in the bundle" in failed["failure_reason"]
+    failed = fleet.wait_for_state(broken["id"], {"FAILED"}, timeout=120)
+    assert "No module named 'not_a_package_anyone_installed'" in failed["failure_reason"]
+    assert "RUNNING" not in {e["to_state"] for e in fleet.events(broken["id"])}
     failed = fleet.wait_for_state(wrong["id"], {"FAILED"}, timeout=120)
     assert "hidden" in failed["failure_reason"]
     assert "ValidationError" in failed["failure_reason"]
