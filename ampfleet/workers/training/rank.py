@@ -133,6 +133,7 @@ def train(
                 allreduce_dtype=trainer.comm.dtype_name,
                 world_size=world_size,
                 backend=backend,
+                hyperparameters=resolved.hyperparameters.model_dump(mode="json"),
             )
             export_run(run_dir, job, trainer.model, summary, writer, gathered=gathered)
             writer.write("finished")
