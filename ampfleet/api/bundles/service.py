@@ -103,7 +103,7 @@ def _listed(path: str, size: int, kind: str, names: dict[str, list[str] | None])
 def bundle_files(bundle: Bundle) -> set[str]:
     """The paths of the bundle's files and links, as the nodes unpack them: what a job may
     name in it (an entrypoint's module, a script)."""
-    return {entry["path"] for entry in bundle.files if entry["kind"] in ("file", "symlink")}
+    return {e["path"] for e in bundle.files or [] if e.get("kind") in ("file", "symlink")}
 
 
 def entrypoint_problem(bundle: Bundle, entrypoint: str) -> str | None:
@@ -114,7 +114,7 @@ def entrypoint_problem(bundle: Bundle, entrypoint: str) -> str | None:
     module, _, attribute = entrypoint.partition(":")
     stem = module.replace(".", "/")
     candidates = (f"{stem}.py", f"{stem}/__init__.py")
-    listed = {entry["path"]: entry for entry in bundle.files}
+    listed = {entry["path"]: entry for entry in bundle.files or []}
     found = next((listed[path] for path in candidates if path in listed), None)
     if found is None or found["kind"] not in ("file", "symlink"):
         top = sorted({path.split("/", 1)[0] for path in listed})
