@@ -179,6 +179,12 @@ class Settings(BaseSettings):
     max_archive_files: int = Field(
         10_000, ge=1, description="Entries an uploaded archive may hold; more get 422."
     )
+    max_bundle_source_bytes: int = Field(
+        16 << 20,
+        gt=0,
+        description="Bytes of Python source (.py files) a bundle may hold: the API compiles "
+        "each on upload; more get 422 (vendored packages belong in code.requirements).",
+    )
     sandbox: Literal["bubblewrap", "none"] = Field(
         "bubblewrap",
         description="What contains ranks that run bundled code (where bwrap cannot run, "

@@ -21,7 +21,8 @@ import torch
 import torch.distributed as dist
 
 from ampfleet.workers.rundir import RunDir
-from ampfleet.workers.training.entry import StoredSpec, pick_device
+from ampfleet.workers.training.entry import StoredSpec
+from ampfleet.workers.training.rank import pick_device
 
 RUN_DIR = "AMPFLEET_RUN_DIR"
 OUTPUT_DIR = "AMPFLEET_OUTPUT_DIR"

@@ -38,7 +38,6 @@ from ampfleet.workers.records import MAX_METRICS, METRIC_NAME_PATTERN
 from ampfleet.workers.rundir import RecordWriter
 from ampfleet.workers.stored_checkpoints import Stored
 from ampfleet.workers.training import checkpoint
-from ampfleet.workers.training.entry import train_until
 from ampfleet.workers.training.flops import StepFlops, peak_flops
 from ampfleet.workers.training.group import nodes_of_ranks
 from ampfleet.workers.training.loop import STOP_CHECK_EVERY
@@ -49,6 +48,7 @@ from ampfleet.workers.training.precision import (
     resolve_precision,
 )
 from ampfleet.workers.training.prepared import PrecisionFallbackError, PreparedModel
+from ampfleet.workers.training.rank import train_until
 from ampfleet.workers.training.reporting import StepOutcome, StepReporter
 from ampfleet.workers.training.stragglers import StragglerWatch
 from ampfleet.workers.training.timing import StepTimer

@@ -13,10 +13,12 @@ that runs in a rank.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import runpy
 import signal
 import sys
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -148,7 +150,21 @@ def main() -> None:
     # as SIGTERM to the script); torchrun must survive it.
     signal.signal(signal.SIGUSR1, forward_to_ranks)
     sys.argv = ["torchrun", *args]
-    runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
+    try:
+        runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:  # torchrun's own exit: None is success, a message a failure
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except Exception:
+        traceback.print_exc()  # torchrun's account of the ranks that failed
+        code = 1
+    # torchrun has stopped every rank and closed its rendezvous: nothing is left to do but
+    # the interpreter's teardown of torch, which takes most of a second that the node agent
+    # would wait before it records the attempt's end (a failure, or the run's success).
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -223,7 +223,8 @@ class Supervisor:
         while not self._stop.is_set():
             try:
                 self._launch_pending()
-                if time.monotonic() - self._last_sync >= self.settings.metrics_flush_s:
+                due = time.monotonic() - self._last_sync >= self.settings.metrics_flush_s
+                if due or self._newly_exited():
                     self._sync()
                     self._last_sync = time.monotonic()
                 self._enforce_kill_deadlines()
@@ -363,7 +364,7 @@ class Supervisor:
             return
         with session_scope() as session:
             hand_over_profiles(session, {a.key: a.request.run_dir for a in self._running.values()})
-        ended = [a.key for a in list(self._running.values()) if self._sync_attempt(a)]
+        ended = [a.key for a in list(self._running.values()) if self._sync_and_end(a)]
         for key in ended:
             attempt = self._running.pop(key)
             attempt.launcher_log.close()
@@ -371,6 +372,23 @@ class Supervisor:
                 self.gpus.give_back(attempt.gpus)
         if ended:
             wake_scheduler()  # slots were freed
+
+    def _newly_exited(self) -> bool:
+        """Whether an attempt's ranks exited since its last pass: its end is recorded now,
+        not at the next interval (a pass that failed waits for it, as every other does)."""
+        return any(
+            attempt.process.poll() is not None and not attempt.drained and not attempt.failed_passes
+            for attempt in self._running.values()
+        )
+
+    def _sync_and_end(self, attempt: RunningAttempt) -> bool:
+        """One pass; the pass that drained an exited attempt (read and committed all it
+        wrote) is followed at once by the one that records its end, where nothing it
+        handed over is still uploading."""
+        drained = attempt.drained
+        return self._sync_attempt(attempt) or (
+            attempt.drained and not drained and self._sync_attempt(attempt)
+        )
 
     def _sync_attempt(self, attempt: RunningAttempt) -> bool:
         """One attempt's pass; whether it ended (its outcome is recorded, its slots free).

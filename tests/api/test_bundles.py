@@ -138,6 +138,53 @@ def test_hostile_archives_are_refused_before_anything_is_stored(
     assert writer.get("/v1/bundles").json()["items"] == []
 
 
+NOT_COMPILING = {
+    "syntax error": (b"x = 1\ndef build(hp, ctx:\n    pass\n", "line 2 does not compile"),
+    "indentation": (b"x = 1\n  y = 2\n", "line 2 does not compile: unexpected indent"),
+    "only the compiler sees": (b"import os\nreturn os\n", "line 2 does not compile: 'return'"),
+    "NUL bytes": (b"x = 1\x00\n", "does not compile: source code string cannot contain null"),
+    "not UTF-8": (b"name = '\xff'\n", "line 1 does not compile: (unicode error)"),
+    "nested too deep": (b"x = " + b"-" * 100_000 + b"1\n", "too deeply nested to compile"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_COMPILING))
+@pytest.mark.parametrize("packed", ["zip", "tar.gz"])
+def test_python_that_does_not_compile_is_refused_naming_file_and_line(
+    writer: TestClient, case: str, packed: str
+) -> None:
+    """Compiled on upload, never run: the error a rank would meet minutes later on a node is
+    a 422 now, and nothing is stored."""
+    source, words = NOT_COMPILING[case]
+    files = {"my_pkg/__init__.py": b"", "my_pkg/model.py": source, "notes.txt": b"def ("}
+    body = (
+        zip_of(files)
+        if packed == "zip"
+        else tar_gz_of([file_entry(name, data) for name, data in files.items()])
+    )
+    response = upload(writer, body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "validation_error"
+    assert error["details"][0]["field"] == "body"
+    assert "my_pkg/model.py" in error["message"]
+    assert words in error["message"]
+    assert list(get_store().keys()) == []
+    assert writer.get("/v1/bundles").json()["items"] == []
+
+
+def test_python_source_past_its_limit_is_refused_naming_it(writer: TestClient) -> None:
+    body = zip_of({f"pkg/m{i}.py": b"x = 1\n" * 100 for i in range(3)})  # 1800 bytes
+    with environment({"AMPFLEET_MAX_BUNDLE_SOURCE_BYTES": "1000"}):
+        refused = upload(writer, body)
+    assert refused.status_code == 422, refused.text
+    message = refused.json()["error"]["message"]
+    assert "more than 1000 bytes of Python source" in message
+    assert "AMPFLEET_MAX_BUNDLE_SOURCE_BYTES" in message
+    assert list(get_store().keys()) == []
+    assert upload(writer, body).status_code == 201
+
+
 def test_zip_bomb_and_file_count_caps_name_the_limit(writer: TestClient) -> None:
     bomb = zip_of({f"zeros{i}.bin": bytes(4 << 20) for i in range(3)})  # 12 MiB, ~12 KiB packed
     many = zip_of({f"f{i}.py": b"" for i in range(30)})

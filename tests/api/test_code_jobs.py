@@ -1,5 +1,6 @@
 """Submitting a job that runs bundled code: the API checks the bundle (the job's project's,
-where bundled code may run) and never imports it; everything else about it is the worker's."""
+where bundled code may run) and that its entrypoint names a module of it binding the
+attribute, and never imports it; everything else about it is the worker's."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from tests.conftest import KeyFactory
 from tests.support.archives import allow_custom_code, zip_of
 from tests.support.env import environment
 from tests.support.factories import job_spec
+
+RECIPE = b"recipe = None  # a RecipeDefinition on the node; the API only reads the name\n"
 
 
 def keyed(app: FastAPI, key: str) -> TestClient:
@@ -51,7 +54,7 @@ def test_where_bubblewrap_cannot_run_bundled_code_is_refused_naming_why(
     app: FastAPI, make_key: KeyFactory
 ) -> None:
     with keyed(app, make_key("alpha", "write")) as writer:
-        bundle = uploaded(writer, {"my_pkg/recipe.py": b"x = 1"})
+        bundle = uploaded(writer, {"my_pkg/recipe.py": RECIPE})
         with environment({"PATH": "/nonexistent"}):  # no bwrap to be found
             response = writer.post("/v1/jobs", json=code_spec(bundle["id"]))
     assert response.status_code == 422
@@ -65,7 +68,7 @@ def test_a_bundled_job_is_queued_with_the_bundle_s_content_and_its_hyperparamete
     unconfined: None, app: FastAPI, make_key: KeyFactory
 ) -> None:
     with keyed(app, make_key("alpha", "write")) as writer:
-        bundle = uploaded(writer, {"my_pkg/recipe.py": b"x = 1"})
+        bundle = uploaded(writer, {"my_pkg/recipe.py": RECIPE})
         spec = code_spec(bundle["id"], hyperparameters={"anything": [1, 2]})
         response = writer.post("/v1/jobs", json=spec)
         assert response.status_code == 202, response.text
@@ -112,7 +115,7 @@ def test_another_project_s_bundle_is_not_found(
     unconfined: None, app: FastAPI, make_key: KeyFactory
 ) -> None:
     with keyed(app, make_key("beta", "write")) as other:
-        theirs = uploaded(other, {"my_pkg/recipe.py": b"x = 1"})
+        theirs = uploaded(other, {"my_pkg/recipe.py": RECIPE})
     with keyed(app, make_key("alpha", "write")) as writer:
         response = writer.post("/v1/jobs", json=code_spec(theirs["id"]))
     assert response.status_code == 422
@@ -125,7 +128,7 @@ def test_only_projects_that_allow_custom_code_may_upload_or_run_it(
     unconfined: None, app: FastAPI, make_key: KeyFactory, client: TestClient
 ) -> None:
     with keyed(app, make_key("alpha", "write")) as writer:
-        bundle = uploaded(writer, {"my_pkg/recipe.py": b"x = 1"})
+        bundle = uploaded(writer, {"my_pkg/recipe.py": RECIPE})
     policy = {"weight": 1.0, "allow_custom_code": False}
     assert client.put("/v1/projects/alpha", json=policy).json()["allow_custom_code"] is False
     with keyed(app, make_key("alpha", "write")) as writer:
@@ -145,7 +148,7 @@ def test_a_bundle_in_use_by_an_unfinished_job_is_not_deleted(
     unconfined: None, app: FastAPI, make_key: KeyFactory
 ) -> None:
     with keyed(app, make_key("alpha", "write")) as writer:
-        bundle = uploaded(writer, {"my_pkg/recipe.py": b"x = 1"})
+        bundle = uploaded(writer, {"my_pkg/recipe.py": RECIPE})
         job = writer.post("/v1/jobs", json=code_spec(bundle["id"])).json()
         refused = writer.delete(f"/v1/bundles/{bundle['id']}")
         assert refused.status_code == 409
@@ -170,7 +173,7 @@ def test_requirements_other_than_names_and_versions_are_422_naming_them(
     unconfined: None, app: FastAPI, make_key: KeyFactory, requirement: str
 ) -> None:
     with keyed(app, make_key("alpha", "write")) as writer:
-        bundle = uploaded(writer, {"my_pkg/recipe.py": b"x = 1"})
+        bundle = uploaded(writer, {"my_pkg/recipe.py": RECIPE})
         spec = code_spec(bundle["id"])
         spec["code"]["requirements"] = ["numpy>=2", requirement]
         response = writer.post("/v1/jobs", json=spec)
@@ -179,4 +182,60 @@ def test_requirements_other_than_names_and_versions_are_422_naming_them(
         assert error["code"] == "validation_error"
         assert error["details"][0]["field"] == "code.requirements.1", error
         assert repr(requirement) in error["message"]
+        assert writer.get("/v1/jobs").json()["items"] == []
+
+
+ENTRYPOINTS = {
+    "a module": ({"my_pkg/recipe.py": RECIPE}, "my_pkg.recipe:recipe"),
+    "a package": ({"my_pkg/recipe/__init__.py": RECIPE}, "my_pkg.recipe:recipe"),
+    "top level": ({"recipe.py": RECIPE}, "recipe:recipe"),
+    "imported as": ({"p/r.py": b"from p.impl import made as recipe\n"}, "p.r:recipe"),
+    "defined in a branch": (
+        {"p/r.py": b"try:\n    import fast as recipe\nexcept ImportError:\n    recipe = 0\n"},
+        "p.r:recipe",
+    ),
+    "a def": ({"p/r.py": b"def recipe():\n    pass\n"}, "p.r:recipe"),
+    "a star import": ({"p/r.py": b"from p.impl import *\n"}, "p.r:recipe"),
+    "a module __getattr__": ({"p/r.py": b"def __getattr__(name):\n    pass\n"}, "p.r:recipe"),
+    "a link": ({"p/impl.py": RECIPE}, "p.alias:recipe"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ENTRYPOINTS))
+def test_an_entrypoint_the_bundle_defines_is_accepted(
+    unconfined: None, app: FastAPI, make_key: KeyFactory, case: str
+) -> None:
+    files, entrypoint = ENTRYPOINTS[case]
+    with keyed(app, make_key("alpha", "write")) as writer:
+        response = writer.post("/v1/bundles", content=zip_of(files, {"p/alias.py": "impl.py"}))
+        assert response.status_code == 201, response.text
+        submitted = writer.post("/v1/jobs", json=code_spec(response.json()["id"], entrypoint))
+    assert submitted.status_code == 202, submitted.text
+
+
+@pytest.mark.parametrize(
+    ("entrypoint", "words"),
+    [
+        (
+            "my_pkg.nothing:recipe",
+            "no module my_pkg.nothing in bundle bnd_",
+        ),
+        ("my_pkg:recipe", "neither my_pkg.py nor my_pkg/__init__.py"),  # a namespace package
+        ("other.recipe:recipe", "(its top level: my_pkg, notes)"),
+        ("my_pkg.recipe:build", "my_pkg/recipe.py defines no build at module level"),
+        ("my_pkg.recipe:helper", "it binds math, recipe, trained"),  # not inside a function
+    ],
+)
+def test_an_entrypoint_the_bundle_does_not_define_is_422_naming_what_is_missing(
+    unconfined: None, app: FastAPI, make_key: KeyFactory, entrypoint: str, words: str
+) -> None:
+    source = b"import math\nrecipe = None\n\ndef trained():\n    helper = 1\n    return helper\n"
+    with keyed(app, make_key("alpha", "write")) as writer:
+        bundle = uploaded(writer, {"my_pkg/recipe.py": source, "notes/a.txt": b""})
+        response = writer.post("/v1/jobs", json=code_spec(bundle["id"], entrypoint))
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["code"] == "validation_error"
+        assert error["details"][0]["field"] == "code.entrypoint", error
+        assert words in error["message"]
         assert writer.get("/v1/jobs").json()["items"] == []

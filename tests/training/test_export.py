@@ -53,6 +53,7 @@ def _export(
         allreduce_dtype="bf16",
         world_size=2,
         backend="gloo",
+        hyperparameters={"hidden": 8, "learning_rate": 0.01},
     )
     writer = RecordWriter(run_dir.events_file, flush_s=3600)
     export_run(run_dir, _job(export_dtype, **job), model, summary, writer)
@@ -101,6 +102,9 @@ def test_manifest_has_the_lineage_and_the_sha256_of_each_file(tmp_path: Path) ->
     }
     assert manifest["checkpoint"] == {"step": 30, "name": "checkpoint-000000030"}
     assert manifest["metrics"] == {"val_accuracy": 0.9}
+    # As the recipe's model resolved them, not as given: the spec said only `hidden`.
+    assert manifest["hyperparameters"] == {"hidden": 8, "learning_rate": 0.01}
+    assert manifest["spec"]["hyperparameters"] == manifest["hyperparameters"]
     assert set(manifest["versions"]) == {"python", "torch", "ampfleet", "safetensors"}
     assert all(r["step"] == 30 and r["artifact_kind"] == "model" for r in records)
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import ForbiddenError, Principal, ProjectScope
 from ampfleet.api.bundles import repository as bundles
+from ampfleet.api.bundles.service import bundle_files, entrypoint_problem
 from ampfleet.api.errors import (
     ConflictError,
     ErrorDetail,
@@ -98,6 +99,9 @@ def code_bundle(session: Session, project: str, code: CodeSpec) -> Bundle:
         raise UnprocessableError.for_field(
             "code.bundle", f"bundle {code.bundle} not found in project {project}"
         )
+    problem = entrypoint_problem(bundle, code.entrypoint) if code.entrypoint else None
+    if problem:
+        raise UnprocessableError.for_field("code.entrypoint", problem)
     return bundle
 
 
@@ -108,11 +112,7 @@ def check_script_in(bundle: Bundle, command: list[str]) -> None:
     if script is None or script.startswith("/"):
         return
     wanted = PurePosixPath(script)
-    listed = {
-        PurePosixPath(entry["path"])
-        for entry in bundle.files or []
-        if entry.get("kind") in ("file", "symlink")
-    }
+    listed = {PurePosixPath(path) for path in bundle_files(bundle)}
     if wanted not in listed:
         top = sorted({str(path.parts[0]) for path in listed})[:20]
         raise UnprocessableError.for_field(

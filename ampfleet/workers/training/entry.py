@@ -1,8 +1,12 @@
 """One rank's process, launched by torchrun: `python -m ampfleet.workers.training.entry RUN_DIR`.
 
-Reads job.json, joins the process group (NCCL on CUDA, gloo on CPU), builds the recipe and
-trains. Whatever goes wrong is written to failure-rank<r>.json in words a user can act on;
-the process group is always torn down.
+Reads job.json and resolves the recipe (imports the bundle's entrypoint, validates the
+hyperparameters) first, before torch is imported and before the ranks meet: a bundle that
+fails to import, or hyperparameters its model refuses, fail this rank within a second or two
+of its start, not after torch's import and the rendezvous (or, with a peer that never came,
+the rendezvous timeout). Recipes import without torch (the API loads installed ones), so
+this costs nothing. Only then training/rank.py joins the process group and trains.
+Whatever goes wrong is written to failure-rank<r>.json in words a user can act on.
 """
 
 from __future__ import annotations
@@ -10,56 +14,24 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
-import random
 import signal
 import sys
 import threading
 import time
 import traceback
-from datetime import timedelta
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-import torch.distributed as dist
-from pydantic import Field
+from pydantic import BaseModel, Field
 
-from ampfleet.core.recipes import get_recipe
-from ampfleet.core.spec import CodeSpec, JobSpec, Stop
+from ampfleet.core.recipes import RecipeDefinition, get_recipe
+from ampfleet.core.spec import CodeSpec, JobSpec
 from ampfleet.workers.parent_death import die_with_parent
 from ampfleet.workers.rank_memory import out_of_memory
 from ampfleet.workers.rank_output import capture_output
-from ampfleet.workers.rundir import RecordWriter, RunDir
+from ampfleet.workers.rundir import RunDir
 from ampfleet.workers.training.bundled import bundled_recipe
-from ampfleet.workers.training.export import RunSummary, export_run
-from ampfleet.workers.training.group import leave_process_group, nodes_of_ranks
-from ampfleet.workers.training.loop import LoopConfig, Trainer
-from ampfleet.workers.training.parallel import ParallelConfig
-from ampfleet.workers.training.precision import resolve_allreduce_dtype, resolve_precision
-from ampfleet.workers.training.task import RecipeContext
-
-
-def pick_device(accelerator: str, local_rank: int) -> tuple[torch.device, str]:
-    if accelerator != "cpu" and torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank), "nccl"
-    if accelerator == "cuda":
-        raise RuntimeError("the job asked for CUDA but this node has no usable GPU")
-    return torch.device("cpu"), "gloo"
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def train_until(stop: Stop, started: float) -> float | None:
-    """A runtime-only job trains until its time is up, counted from the rank's start (the
-    node agent's own limit, a grace later, counts from the launch just before). With steps
-    or epochs, max_runtime_s is a limit the agent enforces (TIMED_OUT), not a goal."""
-    if stop.runtime_only and stop.max_runtime_s is not None:
-        return started + stop.max_runtime_s
-    return None
 
 
 class StoredCode(CodeSpec):
@@ -81,23 +53,21 @@ class StoredSpec(JobSpec):
     """As the API resolved them; this node's paths are the job file's own `inputs`."""
 
 
-def run(
-    run_dir: RunDir, rank: int, world_size: int, local_rank: int, ranks_on_node: int = 1
-) -> None:
-    started = time.monotonic()
+@dataclass(frozen=True)
+class ResolvedJob:
+    """The job file read, its recipe imported and its hyperparameters validated."""
+
+    job: dict[str, Any]
+    spec: StoredSpec
+    recipe: RecipeDefinition
+    hyperparameters: BaseModel
+
+
+def resolve_job(run_dir: RunDir) -> ResolvedJob:
+    """Rank-local and torch-free: what every rank would otherwise find out only after the
+    rendezvous, each on its own."""
     job: dict[str, Any] = json.loads(run_dir.job_file.read_text())
     spec = StoredSpec.model_validate(job["spec"])
-    device, backend = pick_device(spec.resources.accelerator, local_rank)
-    dist.init_process_group(
-        backend,
-        timeout=timedelta(seconds=job["process_group_timeout_s"]),
-        device_id=device if device.type == "cuda" else None,
-    )
-    precision = resolve_precision(spec.precision.value, device)
-    allreduce_dtype = resolve_allreduce_dtype(spec.allreduce_dtype.value, precision, backend)
-    # Same seed for model init on every rank (DDP broadcasts rank 0's weights anyway);
-    # offset by rank afterwards so dropout and augmentation differ per rank.
-    seed_everything(spec.seed)
     if spec.code is not None and spec.code.entrypoint is None:
         raise RuntimeError("a job with code.command runs under the script entry (script.py)")
     recipe = (
@@ -107,64 +77,7 @@ def run(
     )
     # A bundled recipe's hyperparameters meet their model here first (the API never saw it).
     hyperparameters = recipe.hyperparameters.model_validate(spec.hyperparameters)
-    run_dir.output_dir.mkdir(parents=True, exist_ok=True)
-    context = RecipeContext(
-        rank=rank,
-        world_size=world_size,
-        device=device,
-        seed=spec.seed,
-        output_dir=run_dir.output_dir,
-        inputs={name: Path(path) for name, path in job.get("inputs", {}).items()},
-    )
-    task = recipe.build(hyperparameters, context)
-    seed_everything(spec.seed + rank)
-    config = LoopConfig(
-        max_steps=spec.stop.max_steps,
-        epochs=spec.stop.epochs,
-        requested_precision=spec.precision.value,
-        requested_allreduce_dtype=spec.allreduce_dtype.value,
-        precision=precision,
-        allreduce_dtype=allreduce_dtype,
-        backend=backend,
-        device=device,
-        rank=rank,
-        world_size=world_size,
-        seed=spec.seed,
-        eval_every_steps=spec.eval_every_steps,
-        log_every_steps=spec.log_every_steps,
-        checkpoint_every_steps=spec.checkpoint.every_steps,
-        keep_last_checkpoints=spec.checkpoint.keep_last,
-        checkpoint_dir=Path(job["checkpoint_dir"]),
-        parallel=ParallelConfig.from_spec(spec.parallelism),
-        ranks_on_node=ranks_on_node,
-        train_until=train_until(spec.stop, started),
-        run_dir=run_dir.path,
-        straggler_factor=spec.monitoring.straggler_factor,
-        straggler_reports=spec.monitoring.straggler_reports,
-        rank_nodes=nodes_of_ranks(job["node"]),
-        attempt=int(job.get("attempt") or 1),
-    )
-    writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
-    try:
-        trainer = Trainer(task, config, writer, stop_requested=PREEMPT.is_set)
-        metrics = trainer.run()
-        # Every rank, in step (the ranks agreed on stopping): FSDP gathers the shards.
-        gathered = None if trainer.preempted else trainer.parallel.full_state_dict()
-        if writer and not trainer.preempted:
-            # Before "finished": the model is listed by the time the job is SUCCEEDED.
-            summary = RunSummary(
-                step=trainer.step,
-                metrics=metrics,
-                precision=trainer.precision,
-                allreduce_dtype=trainer.comm.dtype_name,
-                world_size=world_size,
-                backend=backend,
-            )
-            export_run(run_dir, job, trainer.model, summary, writer, gathered=gathered)
-            writer.write("finished")
-    finally:
-        if writer:
-            writer.close()
+    return ResolvedJob(job, spec, recipe, hyperparameters)
 
 
 def write_failure(run_dir: RunDir, rank: int, exc: BaseException) -> None:
@@ -175,6 +88,12 @@ def write_failure(run_dir: RunDir, rank: int, exc: BaseException) -> None:
         memory or str(exc),
         "".join(traceback.format_exception(exc)[-3:]),
     )
+
+
+def failed(run_dir: RunDir, rank: int, exc: BaseException) -> int:
+    write_failure(run_dir, rank, exc)
+    traceback.print_exc()
+    return 1
 
 
 PREEMPT = threading.Event()
@@ -196,21 +115,27 @@ def main(argv: list[str]) -> int:
     # A stalled attempt's ranks are asked for their stacks before they are stopped: the
     # dump runs in the signal handler itself, so it works while a collective blocks.
     faulthandler.register(STACKS_SIGNAL, all_threads=True)
+    try:
+        resolved = resolve_job(run_dir)
+    except Exception as exc:  # no torch, no process group yet: nothing to tear down
+        return failed(run_dir, rank, exc)
+    # torch from here on: imported only for a recipe that resolved.
+    from ampfleet.workers.training.group import leave_process_group
+    from ampfleet.workers.training.rank import RankPlace, train
+
+    place = RankPlace(
+        rank=rank,
+        world_size=int(os.environ["WORLD_SIZE"]),
+        local_rank=int(os.environ["LOCAL_RANK"]),
+        ranks_on_node=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+    )
     completed = False
     try:
-        run(
-            run_dir,
-            rank,
-            int(os.environ["WORLD_SIZE"]),
-            int(os.environ["LOCAL_RANK"]),
-            ranks_on_node=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-        )
+        train(run_dir, resolved, place, started=time.monotonic(), stop_requested=PREEMPT.is_set)
         completed = True
         return 0
     except Exception as exc:
-        write_failure(run_dir, rank, exc)
-        traceback.print_exc()
-        return 1
+        return failed(run_dir, rank, exc)
     finally:
         leave_process_group(completed=completed)
 

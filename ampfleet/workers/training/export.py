@@ -6,9 +6,10 @@ them. Ranks never talk to the store. safetensors rather than a pickle: loading i
 code, and every framework reads it. The weights are the fp32 master weights the optimizer
 stepped (autocast only ever made half-precision copies of them); `export.dtype: bf16` adds a
 bf16 rounding of the same weights. The manifest says how they came to be: recipe,
-hyperparameters, the resolved spec, the precision and AllReduce dtype actually used with every
-fallback this node saw, the final metrics, the checkpoint step, the sha256 of each file and the
-versions of the packages that trained it.
+hyperparameters (as the recipe's model resolved them, every default in: enough to build the
+model again), the resolved spec, the precision and AllReduce dtype actually used with every
+fallback this node saw, the final metrics, the checkpoint step, the sha256 of each file and
+the versions of the packages that trained it.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class RunSummary:
     allreduce_dtype: str
     world_size: int
     backend: str
+    hyperparameters: dict[str, Any]
+    """The recipe's validated model, dumped: every default filled in, so the artifacts alone
+    rebuild the model (a bundled recipe's, which the API never sees, included)."""
 
 
 def export_run(
@@ -109,8 +113,8 @@ def build_manifest(
         "attempt": job["attempt"],
         "created_at": datetime.now(UTC).isoformat(),
         "recipe": recipe_label(spec),
-        "hyperparameters": spec["hyperparameters"],
-        "spec": spec,
+        "hyperparameters": run.hyperparameters,
+        "spec": {**spec, "hyperparameters": run.hyperparameters},
         "precision": {
             "requested": spec["precision"],
             "effective": run.precision,
