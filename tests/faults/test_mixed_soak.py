@@ -91,7 +91,7 @@ class Cancels:
                 continue  # the API is down or the answer was lost; again on the next pass
             # 409 "already CANCELLED": an earlier try committed and its answer was lost
             # (these jobs cannot end any other way while the soak runs).
-            if answer.status_code == 200 or (
+            if answer.status_code in (200, 202) or (
                 answer.status_code == 409 and "CANCELLED" in answer.text
             ):
                 self.accepted.add(job_id)
