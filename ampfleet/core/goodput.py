@@ -18,7 +18,7 @@ is lost time for the job, not slot-seconds lost by the fleet.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -140,13 +140,39 @@ def _rows(
     return allocations, session.scalars(select(AttemptUsage).where(accounted)).all()
 
 
+def of_attempts(session: Session, job: Job) -> dict[int, Goodput]:
+    """A job's goodput attempt by attempt (they add up to `of_job`'s): what each held and
+    where it went, e.g. the tail of a lost attempt and the start-up of the next, which a
+    restart cost on top of the steps it recomputed."""
+    allocations, usage = _rows(session, Allocation.job_id == job.id, AttemptUsage.job_id == job.id)
+    lifetimes = {job.id: (job.created_at, job.finished_at)}
+    return {
+        attempt: counted
+        for _, attempt, counted in _per_attempt(allocations, usage, lifetimes, utcnow())
+    }
+
+
 def _total(
     allocations: Iterable[Any],
     usage: Iterable[AttemptUsage],
     lifetimes: dict[str, tuple[datetime, datetime | None]],
     now: datetime,
 ) -> dict[str, Goodput]:
-    """`lifetimes`: each job's (created, finished). A row never released (its node died:
+    """`lifetimes`: each job's (created, finished); every job in it has a total."""
+    totals: dict[str, Goodput] = {job_id: Goodput() for job_id in lifetimes}
+    for job_id, _, counted in _per_attempt(allocations, usage, lifetimes, now):
+        totals.setdefault(job_id, Goodput()).add(counted)
+    return totals
+
+
+def _per_attempt(
+    allocations: Iterable[Any],
+    usage: Iterable[AttemptUsage],
+    lifetimes: dict[str, tuple[datetime, datetime | None]],
+    now: datetime,
+) -> Iterator[tuple[str, int, Goodput]]:
+    """(job, attempt, its goodput with the wait before it), by job then attempt.
+    `lifetimes`: each job's (created, finished). A row never released (its node died:
     only the node's next worker releases it) is counted until the job's next attempt was
     placed, or the job finished, or now: its ranks are gone by then or still running."""
     held: dict[tuple[str, int], list[tuple[int, datetime, datetime | None]]] = defaultdict(list)
@@ -156,10 +182,8 @@ def _total(
     for job_id, attempt in sorted(held):
         numbers[job_id].append(attempt)
     accounted = {(row.job_id, row.attempt): row for row in usage}
-    totals: dict[str, Goodput] = {job_id: Goodput() for job_id in lifetimes}
     for job_id, attempts in numbers.items():
         created, finished = lifetimes.get(job_id, (None, None))
-        goodput = totals.setdefault(job_id, Goodput())
         waited_since = created
         for index, attempt in enumerate(attempts):
             rows = held[(job_id, attempt)]
@@ -169,10 +193,10 @@ def _total(
             else:
                 open_until = finished or now
             shares = [(s, at, until or max(open_until, at)) for s, at, until in rows]
-            goodput.queued_s += max((placed - (waited_since or placed)).total_seconds(), 0.0)
+            counted = _attempt(shares, placed, accounted.get((job_id, attempt)))
+            counted.queued_s = max((placed - (waited_since or placed)).total_seconds(), 0.0)
             waited_since = max(until for _, _, until in shares)
-            goodput.add(_attempt(shares, placed, accounted.get((job_id, attempt))))
-    return totals
+            yield job_id, attempt, counted
 
 
 def _attempt(

@@ -143,6 +143,26 @@ def test_every_allocated_slot_second_lands_in_one_kind(restarted_job: str) -> No
     assert counted.ratio == pytest.approx(20 / 60)
 
 
+def test_each_attempt_has_its_share_and_they_add_up(restarted_job: str) -> None:
+    with session_scope() as session:
+        job = session.get(Job, restarted_job)
+        assert job is not None
+        total = goodput.of_job(session, job)
+        first, second = goodput.of_attempts(session, job).values()
+    # The lost attempt: its launch, 6 s kept, steps 7-8 recomputed, and its tail after the
+    # last report; the restart: its own start-up before it resumed.
+    assert (first.allocated_slot_s, first.training_slot_s) == (SLOTS * 20.0, SLOTS * 6.0)
+    assert first.recomputed_slot_s == pytest.approx(SLOTS * 2.0)
+    assert first.startup_slot_s == pytest.approx(SLOTS * 2.0)
+    assert first.other_slot_s == pytest.approx(SLOTS * (20 - 6 - 2 - 2 - 0.5 - 0.25))
+    assert second.startup_slot_s == pytest.approx(SLOTS * 3.0)
+    assert (first.queued_s, second.queued_s) == (pytest.approx(5.0), pytest.approx(10.0))
+    added = goodput.Goodput()
+    for part in (first, second):
+        added.add(part)
+    assert added.as_dict() == total.as_dict()
+
+
 def test_an_attempt_that_never_stepped_is_all_start_up(nodes: None) -> None:
     t0 = utcnow() - timedelta(minutes=1)
     job_id = _job(created=t0)
