@@ -23,8 +23,10 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    Task,
     TextColumn,
 )
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from typer.core import TyperCommand
 
@@ -174,18 +176,37 @@ def _eta(seconds: float | None, confidence: str | None) -> str:
     return _duration(seconds) + (f" ({confidence})" if confidence else "")
 
 
+class StepsBar(BarColumn):
+    """rich draws a full bar for a total it does not know (none, or 0 steps), which on a job
+    that has ended reads as all done: a job failed at step 0 looked finished. Ended without
+    a known total, the bar is full only if the job succeeded; while it runs, rich's pulse
+    says it has no total yet. The task's description is the job's state."""
+
+    def render(self, task: Task) -> ProgressBar:
+        if task.total or not JobState(task.description).is_terminal():
+            return super().render(task)
+        return ProgressBar(
+            total=1,
+            completed=float(task.description == JobState.SUCCEEDED),
+            width=None if self.bar_width is None else max(1, self.bar_width),
+            style=self.style,
+            complete_style=self.complete_style,
+            finished_style=self.finished_style,
+        )
+
+
 def _follow(client: Client, job: Job, console: Console) -> Job:
     """A progress bar (step/total, loss, the server's ETA) and the transitions, until the
     job ends."""
     columns = (
         TextColumn("{task.description:<10}"),
-        BarColumn(),
+        StepsBar(),
         MofNCompleteColumn(),
         TextColumn("loss {task.fields[loss]}"),
         TextColumn("ETA {task.fields[eta]}"),
     )
     with Progress(*columns, console=console) as progress:
-        total = job.progress.total_steps
+        total = job.progress.total_steps or None  # 0 steps is no total: "0/?", not "0/0"
         task = progress.add_task(job.state.value, total=total, loss="-", eta="-")
         for frame in client.stream_events(job.id):
             if isinstance(frame, StateFrame | EventFrame):
@@ -195,7 +216,7 @@ def _follow(client: Client, job: Job, console: Console) -> Job:
                     task,
                     description=frame.state.value,
                     completed=frame.step,
-                    total=frame.total_steps,
+                    total=frame.total_steps or None,
                     loss=_number(frame.latest_metrics.get("loss"), ".4g"),
                     eta=_eta(frame.eta_seconds, frame.eta_confidence),
                 )

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ampfleet import cli_plot
 from ampfleet.cli_client import (
@@ -128,8 +129,10 @@ def _save_png(series: list[MetricSeries], path: Path, title: str, log: bool | No
     try:
         cli_plot.png_chart(series, path, title, log=log)
     except ImportError:
+        # Escaped: rich would take `[plot]` for markup and print `ampfleet` alone.
+        hint = escape("pip install 'ampfleet[plot]'")
         Console(stderr=True).print(
-            "[red]error:[/red] a PNG needs matplotlib: pip install 'ampfleet[plot]' "
+            f"[red]error:[/red] a PNG needs matplotlib: {hint} "
             "(or use --plot - for a chart in the terminal)"
         )
         raise typer.Exit(1) from None

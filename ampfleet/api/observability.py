@@ -1,6 +1,7 @@
 """Prometheus exposition: this API process's request series, and the fleet's series.
 
-Fleet series (jobs, queue, nodes, scheduling latency, metric points ingested) are read from
+Fleet series (jobs, queue, slots, nodes, scheduling latency, jobs submitted and finished,
+metric points ingested, goodput) are read from
 the database at scrape time, so every API process exports the same values: aggregate them
 across replicas with `max without (instance)`, never `sum`. Their counters live in the
 database (core/counters.py) and only go up; the request series are this process's own.
@@ -19,8 +20,8 @@ from sqlalchemy.orm import Session
 from ampfleet.core import counters, goodput
 from ampfleet.core.capacity import used_slots_by_node
 from ampfleet.core.fleet import is_alive
-from ampfleet.core.models import Job, Node, utcnow
-from ampfleet.core.states import JobState
+from ampfleet.core.models import Job, JobEvent, Node, utcnow
+from ampfleet.core.states import TERMINAL_STATES, JobState
 
 MB = 1024 * 1024
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -130,8 +131,10 @@ def fleet_lines(session: Session, node_timeout_s: float, goodput_window_s: float
         out.append(f'ampfleet_jobs{{state="{state.value}"}} {counts.get(state.value, 0)}')
     out += _family("ampfleet_queue_depth", "gauge", f"Jobs waiting to be placed. {FLEET_NOTE}")
     out.append(f"ampfleet_queue_depth {counts.get(JobState.QUEUED.value, 0)}")
+    out += queue_wait_lines(session)
 
     totals = counters.totals(session)
+    out += job_counter_lines(totals)
     latency = counters.SCHEDULING_LATENCY
     out += _family(
         "ampfleet_scheduling_latency_seconds",
@@ -155,6 +158,46 @@ def fleet_lines(session: Session, node_timeout_s: float, goodput_window_s: float
     out.append(f"ampfleet_metric_points_ingested_total {ingested:g}")
     out += node_lines(session, node_timeout_s)
     out += goodput_lines(session, goodput_window_s)
+    return out
+
+
+def job_counter_lines(totals: dict[tuple[str, str], float]) -> list[str]:
+    """Counted as jobs are submitted and end (core/lifecycle.py), so deleting jobs lowers
+    neither; every final state has its series from the start, so `rate()` sees the first."""
+    out = _family(
+        "ampfleet_jobs_submitted_total", "counter", f"Jobs accepted by a submit. {FLEET_NOTE}"
+    )
+    out.append(f"ampfleet_jobs_submitted_total {totals.get((counters.JOBS_SUBMITTED, ''), 0):g}")
+    out += _family(
+        "ampfleet_jobs_finished_total", "counter", f"Jobs that ended, by final state. {FLEET_NOTE}"
+    )
+    for state in sorted(TERMINAL_STATES):
+        value = totals.get((counters.JOBS_FINISHED, state.value), 0)
+        out.append(f'ampfleet_jobs_finished_total{{state="{state.value}"}} {value:g}')
+    return out
+
+
+def queue_wait_lines(session: Session) -> list[str]:
+    """How long the longest-waiting queued job has waited: since it last entered QUEUED
+    (submitted or requeued), or since its restart backoff ended; 0 with an empty queue. The
+    scheduling latency histogram sees a wait only once it ends; this sees a stuck queue."""
+    entered = (
+        select(Job.id, Job.not_before, func.max(JobEvent.time))
+        .join(JobEvent, JobEvent.job_id == Job.id)
+        .where(Job.state == JobState.QUEUED.value, JobEvent.to_state == JobState.QUEUED.value)
+        .group_by(Job.id, Job.not_before)
+    )
+    now = utcnow()
+    waits = [
+        (now - max(queued, not_before or queued)).total_seconds()
+        for _, not_before, queued in session.execute(entered)
+    ]
+    out = _family(
+        "ampfleet_queue_oldest_wait_seconds",
+        "gauge",
+        f"Seconds the longest-waiting queued job has been ready to place. {FLEET_NOTE}",
+    )
+    out.append(f"ampfleet_queue_oldest_wait_seconds {max([0.0, *waits]):.3f}")
     return out
 
 
@@ -200,9 +243,13 @@ def node_lines(session: Session, node_timeout_s: float) -> list[str]:
         kind: _family(series, "gauge", f"{what} {FLEET_NOTE}")
         for kind, (series, _, what) in NODE_TELEMETRY.items()
     }
+    live_slots = live_used = 0
     for node in nodes:
         name = f'node="{label_value(node.id)}"'
         alive = is_alive(node.last_heartbeat_at, now, node_timeout_s)
+        if alive:
+            live_slots += node.slots
+            live_used += used.get(node.id, 0)
         slots.append(f"ampfleet_node_slots{{{name}}} {node.slots}")
         busy.append(f"ampfleet_node_slots_used{{{name}}} {used.get(node.id, 0)}")
         up.append(f"ampfleet_node_up{{{name}}} {int(alive)}")
@@ -217,4 +264,22 @@ def node_lines(session: Session, node_timeout_s: float) -> list[str]:
                 continue  # a CPU node has no such series at all, rather than a constant 0
             series, factor, _ = NODE_TELEMETRY[kind]
             lines.append(f"{series}{{{name}}} {float(measured.get(kind, 0.0)) * factor:.15g}")
-    return slots + busy + up + states + [line for lines in usage.values() for line in lines]
+    fleet = slot_lines(live_slots, live_used)
+    return fleet + slots + busy + up + states + [line for lines in usage.values() for line in lines]
+
+
+def slot_lines(total: int, used: int) -> list[str]:
+    """The fleet's utilisation: slots of the nodes that are up (cordoned ones too, which
+    still run what they hold), and how many of them allocations hold."""
+    live = "of the nodes whose heartbeat is recent"
+    out = _family("ampfleet_slots", "gauge", f"Rank slots {live}. {FLEET_NOTE}")
+    out.append(f"ampfleet_slots {total}")
+    out += _family("ampfleet_slots_used", "gauge", f"Allocated rank slots {live}. {FLEET_NOTE}")
+    out.append(f"ampfleet_slots_used {used}")
+    out += _family(
+        "ampfleet_slots_utilization_ratio",
+        "gauge",
+        f"Allocated per available rank slot {live}, 0-1 (0 with none). {FLEET_NOTE}",
+    )
+    out.append(f"ampfleet_slots_utilization_ratio {used / total if total else 0.0:.4f}")
+    return out

@@ -6,11 +6,13 @@ nothing and learns so from the return value. Terminal states never change.
 
 What a change leaves behind (its event row and its webhook notifications) is written by
 `record_transitions` alone, for one change or a whole pass's: the submit that creates a job
-in QUEUED and the scheduler's bulk placement UPDATE use it as `transition` does.
+in QUEUED and the scheduler's bulk placement UPDATE use it as `transition` does. So it is
+also where the fleet counts submitted and finished jobs (core/counters.py).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,7 +21,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from ampfleet.core import profiles, webhooks
+from ampfleet.core import counters, profiles, webhooks
 from ampfleet.core.models import Allocation, Job, JobEvent, utcnow
 from ampfleet.core.states import ACTIVE_STATES, ALLOWED_TRANSITIONS, SLOT_HOLDING_STATES, JobState
 
@@ -47,10 +49,19 @@ class Transition:
 
 def record_transitions(session: Session, changes: Sequence[Transition], *, at: datetime) -> None:
     """The bookkeeping of state changes already made: one event row each (a single
-    multi-row INSERT) and a notification to every webhook of the job's project that asked
-    for the new state (one query for all the projects, none for those known to have none)."""
+    multi-row INSERT), a notification to every webhook of the job's project that asked
+    for the new state (one query for all the projects, none for those known to have none),
+    and the fleet's counters of submitted and finished jobs: kept apart from the job rows,
+    they never go down when jobs are deleted."""
     if not changes:
         return
+    submitted = sum(1 for change in changes if change.from_state is None)
+    counters.add_at_commit(session, counters.JOBS_SUBMITTED, {"": float(submitted)})
+    # Terminal states never change, so a job reaches one in exactly one change.
+    finished = Counter(change.to_state.value for change in changes if change.to_state.is_terminal())
+    counters.add_at_commit(
+        session, counters.JOBS_FINISHED, {s: float(n) for s, n in finished.items()}
+    )
     session.execute(
         insert(JobEvent),
         [

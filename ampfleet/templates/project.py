@@ -158,7 +158,7 @@ dependencies = []
 
 README = """# {name}
 
-An [ampfleet](https://github.com/) recipe project, written by `ampfleet init {name}`.
+An ampfleet recipe project from `ampfleet init {name}` (`ampfleet --help` lists the commands).
 
 - `{package}/recipe.py`: the recipe (model, data, scores); the platform's loop does the rest.
 - `job.yaml`: the job spec; `code.entrypoint` names the recipe inside this folder.

@@ -5,12 +5,15 @@ the request histogram, labels name what served a request, and the optional key."
 from __future__ import annotations
 
 import itertools
+import platform
 import re
 import shutil
 import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 
+import psutil
 import pytest
 from fastapi.testclient import TestClient
 
@@ -187,3 +190,40 @@ def test_node_telemetry_is_a_series_per_node_and_fact(client: TestClient) -> Non
     assert seen['ampfleet_node_cpu_cores_used{node="gpu-1"}'] == 0  # not reported: zero
     assert seen['ampfleet_node_cpu_cores_used{node="gone"}'] == 0
     assert not [k for k in seen if k.startswith("ampfleet_node_gpu_") and "cpu-1" in k]
+
+
+def test_the_standard_process_and_python_series(client: TestClient) -> None:
+    """As prometheus_client's default collectors name them, so stock dashboards and alerts
+    for a Python process work: this process's own CPU, memory, descriptors, start, GC."""
+    text = scrape(client)
+    kinds = families(text)
+    seen = samples(text)
+    for name in (
+        "process_virtual_memory_bytes",
+        "process_resident_memory_bytes",
+        "process_start_time_seconds",
+        "process_open_fds",
+        "process_max_fds",
+        "python_info",
+    ):
+        assert kinds[name] == "gauge"
+    for name in (
+        "process_cpu_seconds_total",
+        "python_gc_objects_collected_total",
+        "python_gc_objects_uncollectable_total",
+        "python_gc_collections_total",
+    ):
+        assert kinds[name] == "counter"
+    assert seen["process_resident_memory_bytes"] > 10 * 1024 * 1024  # the API, not a stub
+    assert seen["process_cpu_seconds_total"] > 0
+    assert 0 < seen["process_open_fds"] <= seen["process_max_fds"]
+    me = psutil.Process()
+    assert seen["process_start_time_seconds"] == pytest.approx(me.create_time(), abs=1)
+    assert seen["process_cpu_seconds_total"] <= sum(me.cpu_times()[:2]) + 0.1
+    major, minor, micro = sys.version_info[:3]
+    info = (
+        f'python_info{{implementation="{platform.python_implementation()}",major="{major}",'
+        f'minor="{minor}",patchlevel="{micro}",version="{platform.python_version()}"}}'
+    )
+    assert [k for k in seen if k.startswith("python_info{")] == [info]
+    assert seen['python_gc_collections_total{generation="0"}'] >= 0

@@ -3,8 +3,14 @@ them: a log axis by default for a loss (its goal is min), linear for the rest.""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
+import pytest
+import typer
+
+from ampfleet import cli_metrics
 from ampfleet.cli_plot import HEIGHT, log_axis, text_chart
 from ampfleet.sdk.models import MetricSeries
 
@@ -52,3 +58,18 @@ def test_other_series_are_linear_unless_asked_and_positive() -> None:
     assert not log_axis(skipped, True)  # a zero has no logarithm
     title = text_chart(skipped, log=True).splitlines()[0]
     assert title == "skipped_steps (by step; linear: not every value is positive)"
+
+
+def test_without_matplotlib_the_hint_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`[plot]` is the extra to install, not rich markup to swallow."""
+    for name in ("matplotlib", "matplotlib.figure"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if the extra were not installed
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(typer.Exit) as ended:
+        cli_metrics._save_png([series("loss", FALLING, "min")], tmp_path / "loss.png", "t", None)
+    assert ended.value.exit_code == 1
+    said = capsys.readouterr().err
+    assert "pip install 'ampfleet[plot]'" in said
+    assert not (tmp_path / "loss.png").exists()

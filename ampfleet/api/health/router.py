@@ -14,6 +14,7 @@ from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import ServiceUnavailableError, responses
 from ampfleet.api.health.service import unavailable
 from ampfleet.api.observability import fleet_lines, http_metrics
+from ampfleet.api.process_metrics import process_lines, python_lines
 from ampfleet.core.settings import get_settings
 
 router = APIRouter(tags=["operations"])
@@ -77,15 +78,16 @@ def metrics_access(
     response_class=PlainTextResponse,
     responses=responses(401, 403, 429),
     dependencies=[Depends(metrics_access)],
-    summary="Prometheus metrics: jobs, queue, nodes, scheduling latency, points ingested, goodput",
+    summary="Prometheus metrics: jobs, queue, slots, nodes, latency, points ingested, goodput",
     description="Unauthenticated unless AMPFLEET_METRICS_REQUIRE_KEY is set (then an admin "
     "key). Fleet series are the same on every API process: aggregate with `max without "
-    "(instance)`.",
+    "(instance)`. The API process's own `process_*` and `python_*` series are as "
+    "prometheus_client's default collectors name them.",
 )
 def metrics(session: SessionDep) -> PlainTextResponse:
     settings = get_settings()
     fleet = fleet_lines(session, settings.node_timeout_s, settings.goodput_window_s)
-    lines = fleet + http_metrics.lines()
+    lines = fleet + http_metrics.lines() + process_lines() + python_lines()
     return PlainTextResponse(
         "\n".join(lines) + "\n", media_type="text/plain; version=0.0.4; charset=utf-8"
     )

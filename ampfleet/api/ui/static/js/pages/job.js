@@ -159,6 +159,9 @@ export function jobPage(ctx, jobId) {
     const over = TERMINAL.has(job.state);
     if (document.activeElement !== priority) priority.value = job.priority;
     priority.disabled = over;
+    // An ended job has nothing to cancel: no button at all (a greyed one still reads as an
+    // action). While it is being cancelled the button stays, disabled, until it ends.
+    cancel.hidden = over;
     cancel.disabled = over || job.state === "CANCELLING";
     if (cancel.disabled) confirm.hidden = true;
     if (!actions.childElementCount) {
