@@ -3,7 +3,12 @@ sandbox (bubblewrap namespaces with its own network, an unprivileged uid, the at
 cgroups, the seccomp filter: workers/containment.py, exactly as the supervisor launches
 bundled code) against the same job unconfined, interleaved in one run.
 
-    python -m bench.sandbox_cost [--rounds 5] [--steps 60]
+    python -m bench.sandbox_cost [--rounds 5] [--steps 60] [--setup-rounds 20]
+
+First the set-up alone: a bare interpreter (`python -S`, no torch) launched through the
+whole containment and unconfined, interleaved, timed from asking for the launch to its first
+line; the difference is what the sandbox adds to every start, without the seconds of torch
+imports whose noise on a shared machine hides it in the job's own start-up figure.
 
 The job: torchrun --standalone, 2 gloo ranks, DDP over a 4-layer MLP in bf16 autocast on
 random data; each rank reports when its interpreter started (before imports) and its first
@@ -108,15 +113,67 @@ def run(folder: Path, steps: int, settings: Settings | None) -> dict[str, float]
     return {"start_s": report["first_step"] - report["start"], "steps_per_s": report["steps_per_s"]}
 
 
+def setup_once(folder: Path, settings: Settings | None) -> float:
+    """Seconds from asking for the launch (containment included) to a bare interpreter's
+    first line: the sandbox's own set-up cost, without torch's import to drown it."""
+    command = [sys.executable, "-S", "-c", "import time; print(repr(time.time()))"]
+    began = time.time()
+    contained = None
+    if settings is not None:
+        pool = UidPool(settings.sandbox_first_uid, settings.sandbox_uid_count)
+        run_dir = folder / "run"
+        contained = Contained.prepare(
+            settings,
+            pool,
+            name=f"setup-{folder.name}",
+            nnodes=1,
+            memory_mb=8192,
+            writable=[run_dir],
+        )
+        command = contained.command(
+            command, settings, writable=[run_dir], readable=[folder / "code"], devices=[]
+        )
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+            env={"PATH": os.environ["PATH"]},
+            preexec_fn=contained.enter if contained else None,
+            pass_fds=contained.pass_fds if contained else (),
+        )
+    finally:
+        if contained is not None:
+            contained.close()
+    return float(done.stdout.strip().splitlines()[-1]) - began
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument(
+        "--setup-rounds", type=int, default=20, help="bare-interpreter launches of each kind"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sandbox-cost-") as tmp:
         root = Path(tmp)
         settings = Settings(data_dir=root / "var", environment="test", secret_key="bench-" * 4)
         (root / "var").mkdir()
+        setup = root / "var" / "setup"
+        (setup / "code").mkdir(parents=True)
+        for path in (setup / "code", setup, root / "var"):
+            os.chmod(path, 0o755)
+        costs = []
+        for _ in range(args.setup_rounds):
+            costs.append(setup_once(setup, settings) - setup_once(setup, None))
+        print(
+            f"sandbox set-up, {args.setup_rounds} launches of each kind interleaved: median "
+            f"{statistics.median(costs) * 1000:+.0f} ms to a bare interpreter's first line",
+            flush=True,
+        )
         ratios, extra_start = [], []
         for round_ in range(args.rounds):
             folder = root / "var" / f"round-{round_}"
