@@ -11,8 +11,10 @@ The script: 2 gloo ranks, DDP over a 4-layer MLP (512 wide) in fp32, AdamW, its 
 drawn before the timed steps; it times its own steps and rank 0 writes them to a file
 (AMPFLEET_OUTPUT_DIR's, else the working folder's). Prints each round and the medians of
 the ratio of steps/s (ours / bare) and of the start-up difference (the end of the first
-step, from launch). The order of the two alternates by round. `--unconfined` adds ours
-without the containment, to tell the launcher's and rank entry's share from the sandbox's.
+step, from launch); beside them, what load disturbs less: rank 0's CPU time per step, and
+the CPU time of every process of the run (unconfined only: bwrap keeps its namespace's).
+The order of the two alternates by round. `--unconfined` adds ours without the
+containment, to tell the launcher's and rank entry's share from the sandbox's.
 Run it as root (the uid and cgroups need it); elsewhere bubblewrap runs in a user namespace.
 """
 
@@ -20,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,8 +55,10 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 generator = torch.Generator().manual_seed(rank)
 batches = [(torch.randn(64, 512, generator=generator), torch.randn(64, 512, generator=generator))
            for _ in range(steps)]
-durations, first_step = [], None
+durations, first_step, cpu = [], None, None
 for step, (x, y) in enumerate(batches, start=1):
+    if step == warmup + 1:
+        cpu = time.process_time()  # this rank's process, gloo's threads included
     started = time.perf_counter()
     loss = torch.nn.functional.mse_loss(model(x), y)
     optimizer.zero_grad(set_to_none=True)
@@ -67,20 +73,30 @@ if rank == 0:
     folder = os.environ.get("AMPFLEET_OUTPUT_DIR") or os.getcwd()
     with open(os.path.join(folder, "timing.json"), "w") as out:
         json.dump({"began": began, "first_step": first_step, "durations": durations,
-                   "warmup": warmup}, out)
+                   "warmup": warmup, "cpu_s": time.process_time() - cpu}, out)
 dist.destroy_process_group()
 """
 MEMORY_PER_RANK_MB = 4096
 COMMAND_TIMEOUT_S = 600
 
 
-def figures(timing: dict[str, Any], launched: float) -> dict[str, float]:
+def figures(timing: dict[str, Any], launched: float, tree_cpu_s: float) -> dict[str, float]:
+    """Wall-clock figures, and two that a loaded machine disturbs less: the CPU time of rank
+    0's process per timed step, and the CPU time of every process of the run."""
     timed = timing["durations"][timing["warmup"] :]
     return {
         "steps_per_s": len(timed) / sum(timed),
         "start_s": timing["first_step"] - launched,
         "interpreter_s": timing["began"] - launched,
+        "cpu_ms_per_step": 1000 * timing["cpu_s"] / len(timed),
+        "tree_cpu_s": tree_cpu_s,
     }
+
+
+def children_cpu_s() -> float:
+    """CPU seconds of this process's finished children and all they waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_bare(folder: Path, code: Path, steps: int, warmup: int) -> dict[str, float]:
@@ -91,14 +107,15 @@ def run_bare(folder: Path, code: Path, steps: int, warmup: int) -> dict[str, flo
         str(code / "script.py"), str(steps), str(warmup),
     ]  # fmt: skip
     env = {"PATH": os.environ["PATH"], "HOME": str(work), "OMP_NUM_THREADS": "1"}
-    launched = time.time()
+    launched, cpu = time.time(), children_cpu_s()
     done = subprocess.run(
         command, cwd=work, env=env, capture_output=True, text=True,
         timeout=COMMAND_TIMEOUT_S, check=False,
     )  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"bare torchrun failed: {done.stderr[-2000:]}")
-    return figures(json.loads((work / "timing.json").read_text()), launched)
+    tree = children_cpu_s() - cpu
+    return figures(json.loads((work / "timing.json").read_text()), launched, tree)
 
 
 def job_file(
@@ -155,7 +172,7 @@ def run_ours(
             command, settings, writable=writable, readable=[code], devices=[]
         )
         env.update(contained.environment())
-    launched = time.time()
+    launched, cpu = time.time(), children_cpu_s()
     try:
         done = subprocess.run(
             command, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
@@ -172,13 +189,16 @@ def run_ours(
             p.read_text(errors="replace")[-1500:] for p in sorted(run_dir.logs_dir.glob("*"))
         )
         raise RuntimeError(f"script job failed ({done.returncode}): {done.stdout[-1500:]}{logs}")
-    return figures(json.loads(timing.read_text()), launched)
+    # bwrap does not hand its namespace's CPU time up to its parent: not known contained.
+    tree = math.nan if contain else children_cpu_s() - cpu
+    return figures(json.loads(timing.read_text()), launched, tree)
 
 
 def line(name: str, f: dict[str, float]) -> str:
     return (
         f"{name} {f['steps_per_s']:.1f} steps/s, interpreter at {f['interpreter_s']:.2f}s, "
-        f"first step at {f['start_s']:.2f}s"
+        f"first step at {f['start_s']:.2f}s, {f['cpu_ms_per_step']:.1f} ms CPU/step"
+        + ("" if math.isnan(f["tree_cpu_s"]) else f", {f['tree_cpu_s']:.1f}s CPU in all")
     )
 
 
@@ -234,9 +254,14 @@ def summary(results: dict[str, list[dict[str, float]]], rounds: int) -> None:
         pairs = list(zip(results[kind], bare, strict=True))
         ratios = [o["steps_per_s"] / b["steps_per_s"] for o, b in pairs]
         starts = [o["start_s"] - b["start_s"] for o, b in pairs]
+        cpu = [o["cpu_ms_per_step"] / b["cpu_ms_per_step"] for o, b in pairs]
+        tree = [o["tree_cpu_s"] - b["tree_cpu_s"] for o, b in pairs]  # NaN: contained
         print(
             f"median over {rounds} rounds, {kind}: steps/s {kind}/bare "
-            f"{statistics.median(ratios):.3f}x; start-up {statistics.median(starts):+.2f}s"
+            f"{statistics.median(ratios):.3f}x (range {min(ratios):.3f}-{max(ratios):.3f}); "
+            f"start-up {statistics.median(starts):+.2f}s; rank 0's CPU per step "
+            f"{statistics.median(cpu):.3f}x"
+            + ("" if math.isnan(tree[0]) else f"; whole run's CPU {statistics.median(tree):+.1f}s")
         )
 
 
