@@ -1,7 +1,8 @@
 """Bringing your own code and data from a shell: `ampfleet init NAME` writes a recipe project
-that runs as it is, `ampfleet run-local` runs a spec's recipe on this machine with the
-platform's own loop, `ampfleet bundles` and `ampfleet datasets` list (and upload) what a
-project holds; `submit --code DIR --data NAME=PATH` (cli_client.py) uses `bring` here."""
+that runs as it is (`--script`: a training script's project), `ampfleet run-local` runs a
+spec's recipe or script on this machine with the platform's own rank entry, `ampfleet
+bundles` and `ampfleet datasets` list (and upload) what a project holds; `submit --code DIR
+--data NAME=PATH` (cli_client.py) uses `bring` here."""
 
 from __future__ import annotations
 
@@ -104,20 +105,39 @@ def init(
     into: Annotated[
         Path | None, typer.Option("--dir", help="Where to write it; default ./NAME.")
     ] = None,
+    script: Annotated[
+        bool,
+        typer.Option(
+            "--script",
+            help="A script-mode project instead: a plain DDP train.py that torchrun runs "
+            "as it is, and the same with ampfleet.train.",
+        ),
+    ] = False,
 ) -> None:
-    """Write a recipe project that runs as it is: a recipe module, a job spec, example data."""
+    """Write a project that runs as it is: a recipe, a job spec, example data (or, with
+    --script, a training script of your own and the specs that run it)."""
     from ampfleet.templates.project import package_name, write_project
+    from ampfleet.templates.script_project import write_script_project
 
     folder = into or Path(name)
     if folder.exists():
         _fail(f"{folder} exists already; choose another name or --dir")
     try:
-        written = write_project(folder, name)
+        written = (write_script_project if script else write_project)(folder, name)
     except OSError as error:
         _fail(f"cannot write {folder}: {error.strerror or error}")
     console = _stdout()
     for path in written:
         console.print(f"wrote {escape(str(path))}")
+    if script:
+        console.print(
+            f"\nnext: cd {escape(str(folder))}, then\n"
+            "  torchrun --standalone --nproc-per-node 2 train.py --steps 50\n"
+            "  ampfleet run-local job.yaml --code . --procs 2\n"
+            "  ampfleet submit job.yaml --code . --follow\n"
+            "and the same with ampfleet.train: train_session.py, job-session.yaml"
+        )
+        return
     recipe = f"{package_name(name)}/recipe.py"
     console.print(
         f"\nnext: cd {escape(str(folder))}, edit {recipe}, then\n"

@@ -634,3 +634,32 @@ def test_job_page_shows_the_code_bundle_and_the_inputs(fleet: Fleet, page: Page)
         expect(train).to_contain_text(dataset["id"])
     finally:
         cancel_quietly(fleet, job_id)
+
+
+def test_a_script_jobs_page_shows_its_command_and_no_total(fleet: Fleet, page: Page) -> None:
+    """A script job (code.command) names its command where a recipe job names its recipe,
+    stops when the script exits, and has no total steps until it says one."""
+    body = zip_of({"train.py": b"import time\ntime.sleep(600)\n"})
+    bundle = fleet.http.post("/v1/bundles", content=body).json()
+    spec = job_spec(
+        name="ui-script",
+        code={"bundle": bundle["id"], "command": ["python", "train.py", "--note", "two words"]},
+        resources={"procs_per_node": 1},
+    )
+    del spec["recipe"], spec["stop"]
+    submitted = fleet.http.post("/v1/jobs", json=spec)
+    assert submitted.status_code == 202, submitted.text
+    job_id = submitted.json()["id"]
+    command = "python train.py --note 'two words'"
+    try:
+        log_in(page, fleet, f"#/jobs/{job_id}")
+        expect(page.locator("#code-command")).to_have_text(command)
+        expect(page.locator("#code-entrypoint")).to_have_count(0)
+        expect(page.locator("#spec-trains")).to_have_text(f"{command} from {bundle['id']}")
+        expect(page.locator("#spec-stop")).to_have_text("when the script exits")
+        summary = page.locator("#job-summary")
+        expect(summary).to_contain_text(command)
+        expect(summary).not_to_contain_text("bundle:")
+        expect(page.locator("#progress-text")).to_have_text("step 0")
+    finally:
+        cancel_quietly(fleet, job_id)

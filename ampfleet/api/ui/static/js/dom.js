@@ -137,3 +137,9 @@ export function precisionText(setting) {
   if (!setting) return "—";
   return setting.effective || setting.requested;
 }
+
+/** A script job's command (`code.command`) as a shell would read it: an argument with a
+ * space or a quote in it is quoted. */
+export function commandText(command) {
+  return command.map((arg) => (/^[\w@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replaceAll("'", "'\"'\"'")}'`)).join(" ");
+}

@@ -7,7 +7,7 @@
 // ago", "running for", "finished ... ago") tick every second on the page's own clock; the
 // headline metric is the job's main objective, from the metrics summary's goals.
 import { api, follow } from "../api.js";
-import { TERMINAL, ageOf, clockTime, duration, fill, h, num, progressBar, setProgress, stateBadge } from "../dom.js";
+import { TERMINAL, ageOf, clockTime, commandText, duration, fill, h, num, progressBar, setProgress, stateBadge } from "../dom.js";
 import { artifactsPanel } from "./jobartifacts.js";
 import { logsPanel } from "./joblogs.js";
 import { MetricStore, drawMetrics, headline, metricPanels } from "./jobmetrics.js";
@@ -130,9 +130,11 @@ export function jobPage(ctx, jobId) {
   const drawSummary = () => {
     goodput = job.goodput ?? goodput;
     const jobState = stateBadge(job.state, { id: "job-state", "data-state": job.state });
+    const command = job.spec.code?.command;
     fill(head.querySelector("h1"), job.name || job.id, " ", jobState);
     fill(summary,
-      [["id", job.id], ["recipe", job.recipe], ["project", job.project], ["attempt", String(job.attempt)],
+      // A script job runs its command, not a recipe (its stored recipe names only the bundle).
+      [["id", job.id], command ? ["command", commandText(command)] : ["recipe", job.recipe], ["project", job.project], ["attempt", String(job.attempt)],
         ["precision", settingText(job.precision)], ["AllReduce dtype", settingText(job.allreduce_dtype)]]
         .flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
       h("dt", {}, "goodput"), h("dd", { id: "job-goodput" }, goodputText(goodput)),

@@ -1,8 +1,9 @@
-// What a job brought with it: its code bundle (entrypoint, sha256, requirements, the files
-// as unpacked on the nodes) and its inputs (each dataset version or shared folder, by the
-// name the recipe reads it under). Shown only for jobs that have either.
+// What a job brought with it: its code bundle (a recipe's entrypoint or a script's command,
+// sha256, requirements, the files as unpacked on the nodes) and its inputs (each dataset
+// version or shared folder, by the name the recipe reads it under). Shown only for jobs that
+// have either.
 import { api } from "../api.js";
-import { bytes, fill, h } from "../dom.js";
+import { bytes, commandText, fill, h } from "../dom.js";
 
 const FILES_SHOWN = 200;
 
@@ -38,7 +39,9 @@ export function codePanel(ctx) {
       const code = spec.code;
       const requirements = code.requirements && code.requirements.length ? code.requirements.join(", ") : "none";
       parts.push(h("dl", { class: "stats spec" },
-        h("dt", {}, "entrypoint"), h("dd", { id: "code-entrypoint" }, h("code", {}, code.entrypoint)),
+        code.command
+          ? [h("dt", {}, "command"), h("dd", { id: "code-command" }, h("code", {}, commandText(code.command)))]
+          : [h("dt", {}, "entrypoint"), h("dd", { id: "code-entrypoint" }, h("code", {}, code.entrypoint))],
         h("dt", {}, "bundle"), h("dd", { id: "code-bundle" }, code.bundle),
         h("dt", {}, "sha256"), h("dd", { id: "code-sha256" }, h("code", {}, code.sha256)),
         h("dt", {}, "requirements"), h("dd", { id: "code-requirements" }, requirements)));

@@ -1,9 +1,15 @@
 // The job's spec as the server resolved it (every default filled): what it trains, its
 // hyperparameters, when it stops and how it checkpoints, its shape and reporting.
-import { duration, fill, h } from "../dom.js";
+import { commandText, duration, fill, h } from "../dom.js";
 
 function value(v) {
   return typeof v === "string" ? v : JSON.stringify(v);
+}
+
+// A script (code.command) decides its own end: max_steps is only the total it is told.
+function scriptStopText(stop) {
+  const ends = stop.max_steps ? `${stop.max_steps} steps (the script's AMPFLEET_MAX_STEPS)` : "when the script exits";
+  return stop.max_runtime_s ? `${ends}; at most ${duration(stop.max_runtime_s)} per attempt (then TIMED_OUT)` : ends;
 }
 
 function stopText(stop) {
@@ -27,6 +33,7 @@ function shapeText(resources) {
 }
 
 function reportingText(spec) {
+  if (spec.code?.command) return "from the script's printed step lines, or its ampfleet.train session";
   const evaluation = spec.eval_every_steps ? `evaluated every ${spec.eval_every_steps} steps` : "evaluated at the end";
   return `metrics every ${spec.log_every_steps} steps, ${evaluation}`;
 }
@@ -34,12 +41,14 @@ function reportingText(spec) {
 export function specPanel() {
   const el = h("section", { class: "panel", id: "job-spec" }, h("h2", {}, "Spec"));
   const draw = (spec) => {
-    const code = spec.code ? `${spec.code.entrypoint} from ${spec.code.bundle}` : spec.recipe;
+    const script = Boolean(spec.code?.command);
+    const code = !spec.code ? spec.recipe
+      : `${script ? commandText(spec.code.command) : spec.code.entrypoint} from ${spec.code.bundle}`;
     const hyperparameters = Object.entries(spec.hyperparameters || {});
     fill(el,
       h("h2", {}, "Spec"),
       h("dl", { class: "stats spec" },
-        [["trains", code, "spec-trains"], ["stop", stopText(spec.stop), "spec-stop"],
+        [["trains", code, "spec-trains"], ["stop", script ? scriptStopText(spec.stop) : stopText(spec.stop), "spec-stop"],
           ["checkpoints", checkpointText(spec.checkpoint), "spec-checkpoint"],
           ["shape", shapeText(spec.resources), "spec-shape"], ["reporting", reportingText(spec), "spec-reporting"]]
           .flatMap(([term, text, id]) => [h("dt", {}, term), h("dd", { id }, text)])),
