@@ -29,8 +29,18 @@ def is_valid_name(name: str) -> bool:
     return len(name) <= MAX_NAME_LENGTH and _NAME.fullmatch(name) is not None
 
 
+CHECKPOINT_META = "meta.json"
+"""Written last into a checkpoint the platform made (its loop, or a script's session): in a
+checkpoint archive's file list, it tells one from a plain script's own files."""
+
+
 def checkpoint_name(step: int) -> str:
     return f"checkpoint-{step:09d}"
+
+
+def platform_made(files: list[str]) -> bool:
+    """Whether a checkpoint archive's files (`ckpt-<step>/<name>`) are the platform's own."""
+    return any(name.rsplit("/", 1)[-1] == CHECKPOINT_META for name in files)
 
 
 def output_name(relative_path: str) -> str:

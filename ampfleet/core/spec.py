@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from ampfleet.core.ids import id_pattern
 from ampfleet.core.project_names import ProjectName
 from ampfleet.core.requirements import MAX_REQUIREMENT_LENGTH, checked_requirement
 
@@ -207,6 +208,27 @@ class Parallelism(_Strict):
     )
 
 
+JobId = Annotated[str, StringConstraints(pattern=id_pattern("job"))]
+
+
+class InitFrom(_Strict):
+    """Start from another job's checkpoint, of the same project: its weights (fine-tuning:
+    step 0, a fresh optimizer) or its whole training state (continuing: weights, optimizer,
+    RNG, data position and step count). A job's own checkpoints, once it has one, come
+    first on a restart."""
+
+    job: JobId = Field(description="`job_...`: the job whose checkpoint to start from.")
+    checkpoint: Literal["latest"] | Annotated[int, Field(ge=0, le=10**9)] = Field(
+        "latest", description="'latest', or the step of one of its listed checkpoints."
+    )
+    load: Literal["weights", "full"] = Field(
+        "weights",
+        description="'weights': the model's weights only, then train from step 0 with a "
+        "fresh optimizer; 'full': continue its training where it stopped (`stop.max_steps` "
+        "is then the total, past the checkpoint's step).",
+    )
+
+
 class RetryPolicy(_Strict):
     max_restarts: int = Field(2, ge=0, le=100, description="Restarts after node loss or crash.")
 
@@ -344,6 +366,9 @@ class JobSpec(_Strict):
         description="A registered recipe (GET /v1/recipes); or give `code`.",
     )
     hyperparameters: dict[str, Any] = Field(default_factory=dict, max_length=MAX_HYPERPARAMETERS)
+    init_from: InitFrom | None = Field(
+        None, description="Start from another job's checkpoint (fine-tune or continue)."
+    )
     inputs: dict[SafeName, InputRef] = Field(
         default_factory=dict,
         max_length=MAX_INPUTS,

@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from ampfleet.workers.rundir import RunDir
 from ampfleet.workers.training.entry import StoredSpec
+from ampfleet.workers.training.initial import Initial
 from ampfleet.workers.training.rank import pick_device
 
 RUN_DIR = "AMPFLEET_RUN_DIR"
@@ -60,6 +61,8 @@ class RankJob:
     process_group_timeout_s: float
     metrics_flush_s: float
     node: str
+    initial: Initial | None = None
+    """Another job's checkpoint to start from while this one has none (`init_from`)."""
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None) -> RankJob:
@@ -90,6 +93,7 @@ class RankJob:
             ),
             metrics_flush_s=float(job.get("metrics_flush_s") or 0.0),
             node=str(job.get("node") or "node"),
+            initial=Initial.of_job(job),
         )
 
 

@@ -40,6 +40,7 @@ from ampfleet.workers.stored_checkpoints import Stored
 from ampfleet.workers.training import checkpoint
 from ampfleet.workers.training.flops import StepFlops, peak_flops
 from ampfleet.workers.training.group import nodes_of_ranks
+from ampfleet.workers.training.initial import start_from
 from ampfleet.workers.training.loop import STOP_CHECK_EVERY
 from ampfleet.workers.training.parallel import ParallelConfig
 from ampfleet.workers.training.precision import (
@@ -203,6 +204,9 @@ class Session:
         fallback and fp16 its loss scale, and `allreduce_dtype: auto` keeps its choice (or
         measures, here, before the first step). Every rank reads the same file."""
         latest = checkpoint.latest(self.job.checkpoint_dir)
+        initial = self.job.initial
+        if latest is None and initial is not None and initial.load == "full":
+            latest = initial.path  # continuing another job: its precision and choices too
         meta = checkpoint.read_meta(latest) if latest is not None else None
         if meta is not None:
             prepared.continue_precision_of(meta["setup"], meta["scaler"])
@@ -412,6 +416,16 @@ class Session:
             world_size=self.world_size,
             extra=extra,
         )
+        if restored is None and self.job.initial is not None:
+            restored = start_from(
+                self.job.initial,
+                prepared.model,
+                optimizer,
+                rank=self.rank,
+                world_size=self.world_size,
+                extra=extra if self.job.initial.load == "full" else None,
+            )
+            self._record("event", reason="initialized", message=self.job.initial.describe())
         if restored is None:
             return None
         if isinstance(state, dict):  # the values DCP does not load in place

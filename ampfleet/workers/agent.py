@@ -15,12 +15,14 @@ import logging
 import socket
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from ampfleet.core.allocations import release_claimed_on_node, release_node_share
+from ampfleet.core.artifacts import catalog
 from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import requeue_or_fail, transition
 from ampfleet.core.memory import slot_memory_mb
@@ -32,6 +34,7 @@ from ampfleet.core.states import LAUNCHED_STATES, JobState
 from ampfleet.workers.bundles import bundle_dir, ensure_unpacked
 from ampfleet.workers.fallbacks import earlier_fallbacks
 from ampfleet.workers.ingest import store_setup_output
+from ampfleet.workers.initial_checkpoint import ensure_initial, for_ranks, local_folder
 from ampfleet.workers.inputs import ensure_inputs, local_paths
 from ampfleet.workers.node import Capacity, detect_capacity
 from ampfleet.workers.rendezvous import RendezvousWaiter
@@ -151,6 +154,9 @@ class NodeAgent:
         """Claim and hand over; never waits (it runs on one of the Celery threads)."""
         request = self._claim(job_id, attempt, node_rank)
         if request is None or not self._code_ready(request):
+            return
+        request = self._initial_checkpoint_ready(request)
+        if request is None:
             return
         if request.rendezvous is None and request.nnodes > 1:
             self.rendezvous.wait_for(request)
@@ -272,6 +278,8 @@ class NodeAgent:
         """What the job file says of the user's code and inputs: where they are on this node."""
         code, inputs = job.resolved.get("code"), job.resolved.get("inputs") or {}
         brought: dict[str, Any] = {"inputs": local_paths(self.settings, inputs)}
+        if init := job.resolved.get("init_from"):
+            brought["init_from"] = for_ranks(self.settings, init)
         if code:
             brought["code_dir"] = str(bundle_dir(self.settings, code["sha256"]))
         if code and code.get("requirements"):
@@ -309,6 +317,24 @@ class NodeAgent:
         except Exception as exc:
             return self._fail_before_launch(request, "input_error", str(exc))
         return True
+
+    def _initial_checkpoint_ready(self, request: LaunchRequest) -> LaunchRequest | None:
+        """The request with the `init_from` checkpoint's folder readable to its ranks, once
+        fetched: only while the job has no checkpoint of its own (then that one resumes,
+        whatever became of the other job's). None when it cannot be fetched: the job fails."""
+        with session_scope() as session:
+            job = session.get(Job, request.job_id)
+            init = job.resolved.get("init_from") if job else None
+            if not init or catalog.latest_checkpoint(session, request.job_id) is not None:
+                return request
+        try:
+            ensure_initial(self.settings, init)
+        except Exception as exc:  # the other job deleted, its checkpoint pruned, a bad archive
+            which = f"the checkpoint of step {init['step']} of job {init['job']}"
+            self._fail_before_launch(request, "init_from_error", f"init_from: {which}: {exc}")
+            return None
+        folder = str(local_folder(self.settings, init))
+        return replace(request, input_paths=(*request.input_paths, folder))
 
     def _setup_output(self, request: LaunchRequest) -> Callable[[list[str]], None] | None:
         """Where a setup step's output goes as it comes: the job's logs, as rank 0's stdout

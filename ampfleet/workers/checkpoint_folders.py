@@ -1,14 +1,16 @@
 """How a job's checkpoint folder names one checkpoint: `ckpt-<step, 9 digits>/`, written as
 `.ckpt-<step>.partial/` and renamed once complete, by the platform's loop
 (training/checkpoint.py) and by a script's rank process alike (training/script_checkpoints.py).
-Standard library only."""
+No torch: a plain script's rank process imports it."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-META = "meta.json"
+from ampfleet.core.artifact_names import CHECKPOINT_META
+
+META = CHECKPOINT_META
 """Written last into a platform checkpoint (loop or `ampfleet.train`): it is complete."""
 _NAME = re.compile(r"^ckpt-(\d{9})$")
 

@@ -27,6 +27,12 @@ INPUT_PREFIX = "AMPFLEET_INPUT_"
 digit made `_` (`train-set` -> AMPFLEET_INPUT_TRAIN_SET)."""
 MAX_STEPS = "AMPFLEET_MAX_STEPS"
 """The spec's stop.max_steps, where it gives one: the script's total (unset otherwise)."""
+INIT_DIR = "AMPFLEET_INIT_DIR"
+"""Where `init_from` names a checkpoint: its folder on this node (read-only), holding what
+the other job saved there (a plain script's own files, or a platform checkpoint); only
+while this job has no checkpoint of its own, which a restart resumes instead."""
+INIT_LOAD = "AMPFLEET_INIT_LOAD"
+"""`init_from.load` beside it: 'weights' (start from its weights) or 'full' (continue it)."""
 JOB_ID = "AMPFLEET_JOB_ID"
 ATTEMPT = "AMPFLEET_ATTEMPT"
 """The attempt's number, from 1; a restart (preemption, a lost node) is the next."""
@@ -66,6 +72,9 @@ def script_environment(
     )
     if (max_steps := (spec.get("stop") or {}).get("max_steps")) is not None:
         env[MAX_STEPS] = str(max_steps)
+    initial = job.get("init_from")
+    if initial and Path(initial["path"]).is_dir():  # fetched: the job has no checkpoint yet
+        env[INIT_DIR], env[INIT_LOAD] = str(initial["path"]), str(initial["load"])
     path = env.get("PATH", "")
     env["PATH"] = f"{Path(interpreter).parent}:{path}" if path else str(Path(interpreter).parent)
     return env

@@ -13,6 +13,7 @@ import torch
 from ampfleet.core.recipes import get_recipe
 from ampfleet.core.spec import JobSpec
 from ampfleet.workers.rundir import RecordReader, RecordWriter, RunDir
+from ampfleet.workers.training.initial import Initial
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.parallel import ParallelConfig
 from ampfleet.workers.training.task import RecipeContext
@@ -81,6 +82,7 @@ def train_recipe(
     monitoring: dict[str, Any] | None = None,
     attempt: int = 1,
     task_options: dict[str, Any] | None = None,
+    initial: Initial | None = None,
 ) -> dict[str, Any]:
     """One rank's run; rank 0's records land in out_dir/events.jsonl. `runtime_s` with
         `max_steps=None`: a runtime-only job, training that long from here. `parallelism`: the
@@ -89,7 +91,8 @@ def train_recipe(
         is the run folder (the ranks beat there). `slow_rank`: (rank, seconds) added to each of
         that rank's forward passes. `monitoring`: LoopConfig's straggler fields. `attempt`: the
     job's attempt the run stands for. `checkpoint_dir`: the job's checkpoint folder (default:
-    out_dir/checkpoints). `task_options`: fields of the built TrainingTask to replace."""
+    out_dir/checkpoints). `task_options`: fields of the built TrainingTask to replace.
+    `initial`: another job's checkpoint to start from (`init_from`)."""
     torch.manual_seed(seed)
     definition = get_recipe(recipe)
     task = definition.build(
@@ -127,6 +130,7 @@ def train_recipe(
         train_until=None if runtime_s is None else time.monotonic() + runtime_s,
         run_dir=Path(out_dir) if profiles or in_run_dir else None,
         attempt=attempt,
+        initial=initial,
         # Unless a test watches for stragglers, none is named: two ranks sharing a loaded
         # machine's cores drift apart in speed, and the events would vary from run to run.
         **(monitoring or {"straggler_factor": NEVER_A_STRAGGLER}),
@@ -164,9 +168,12 @@ def dump(value: Any) -> str:
     return json.dumps(value, indent=1, default=str)
 
 
-def script_run_folder(root: Path, attempt: int = 1, **spec: Any) -> RunDir:
+def script_run_folder(
+    root: Path, attempt: int = 1, init_from: dict[str, Any] | None = None, **spec: Any
+) -> RunDir:
     """An attempt's run folder as the node agent prepares it for a script, with the job's
-    stored spec (`spec`: the fields to set); its checkpoints go to root/checkpoints."""
+    stored spec (`spec`: the fields to set); its checkpoints go to root/checkpoints.
+    `init_from`: the job file's, as the agent writes it (initial_checkpoint.for_ranks)."""
     submitted = JobSpec.model_validate(
         {
             # A bundle's code; what it runs does not matter to the session.
@@ -187,6 +194,7 @@ def script_run_folder(root: Path, attempt: int = 1, **spec: Any) -> RunDir:
         "metrics_flush_s": 0.0,
         "inputs": {},
         "node": "node-a",
+        **({"init_from": init_from} if init_from else {}),
     }
     run_dir.job_file.write_text(json.dumps(job))
     return run_dir

@@ -68,6 +68,7 @@ def script(
     state = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "epochs_seen": 0}
     step = session.restore(state)
     restored_from, restored_epochs = step, state["epochs_seen"]
+    restored_weights = _weights(model)
     stepped: dict[int, bool] = {}
     while not session.should_stop():
         x, y = batch(step + 1, rank)
@@ -96,7 +97,13 @@ def script(
         "step": step,
         "stepped": stepped,
         "precision": session.precision,
+        "restored_weights": restored_weights,
+        "weights": _weights(model),
     }
+
+
+def _weights(model: nn.Module) -> list[float]:
+    return [float(p.detach().double().sum()) for p in model.parameters()]
 
 
 def _run(run_dir: RunDir, world_size: int = 2, **options: Any) -> list[dict[str, Any]]:
@@ -246,3 +253,37 @@ def test_sigterm_on_one_rank_stops_both_at_the_same_step_with_a_checkpoint(
     assert [r["step"] for r in found if r["kind"] == "preempted"] == [10]
     checkpoints = [r["step"] for r in found if r.get("artifact_kind") == "checkpoint"]
     assert checkpoints == [10]
+
+
+def test_init_from_continues_another_jobs_checkpoint_or_starts_from_its_weights(
+    tmp_path: Path,
+) -> None:
+    spec = {"precision": "bf16", "allreduce_dtype": "bf16", "stop": {"max_steps": 12}}
+    straight = script_run_folder(tmp_path / "straight", **spec)
+    theirs = _run(straight, save_every=8)  # ckpt-8 and, at the end, ckpt-12
+    saved = tmp_path / "straight" / "checkpoints" / "ckpt-000000008"
+    init = {"path": str(saved), "job": "job_source", "step": 8}
+
+    continued = script_run_folder(tmp_path / "full", init_from={**init, "load": "full"}, **spec)
+    ours = _run(continued)
+    assert [r["restored_from"] for r in ours] == [8, 8]
+    assert ours[0]["restored_epochs"] == 2  # the other entries of the state, too
+    earlier, later = _metrics(straight), _metrics(continued)
+    assert sorted(later) == [9, 10, 11, 12]
+    for step in (9, 10, 11, 12):  # its weights, optimizer, schedule and RNG: the same steps
+        assert later[step]["loss"] == earlier[step]["loss"], step
+        assert later[step]["lr"] == earlier[step]["lr"]
+    assert ours[0]["weights"] == theirs[0]["weights"]
+    events = [r["reason"] for r in records(continued.path) if r["kind"] == "event"]
+    assert events.count("initialized") == 1, events
+
+    short = {**spec, "stop": {"max_steps": 3}}
+    tuned = script_run_folder(tmp_path / "weights", init_from={**init, "load": "weights"}, **short)
+    results = _run(tuned)
+    assert [r["restored_from"] for r in results] == [0, 0]
+    assert results[0]["restored_epochs"] == 0  # only the weights: its own state stays
+    assert sorted(_metrics(tuned)) == [1, 2, 3]
+    assert _metrics(tuned)[1]["lr"] == 0.1  # its own fresh schedule
+    # The weights the other job had at step 8, exactly (fp32 master weights, saved as such).
+    at_eight = script_run_folder(tmp_path / "eight", **{**spec, "stop": {"max_steps": 8}})
+    assert results[0]["restored_weights"] == _run(at_eight)[0]["weights"]

@@ -27,6 +27,7 @@ from ampfleet.api.errors import (
 )
 from ampfleet.api.goodput import goodput_out
 from ampfleet.api.jobs import eta, idempotency, repository
+from ampfleet.api.jobs.init_from import resolve_init_from
 from ampfleet.api.jobs.inputs import resolve_inputs
 from ampfleet.api.jobs.schemas import (
     JobOut,
@@ -193,6 +194,7 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
         if spec.code.command is not None:
             check_script_in(bundle, spec.code.command)
     resolved["inputs"] = resolve_inputs(session, spec.project, spec.inputs)
+    resolved["init_from"] = resolve_init_from(session, spec)
     admit(session, spec, resolved)
     job = Job(
         id=new_id("job"),

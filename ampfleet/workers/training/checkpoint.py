@@ -119,6 +119,19 @@ def restore_latest(
     path = latest(directory)
     if path is None:
         return None
+    return restore(path, model, optimizer, rank=rank, world_size=world_size, extra=extra)
+
+
+def restore(
+    path: Path,
+    model: nn.Module,
+    optimizer: Optimizer,
+    *,
+    rank: int,
+    world_size: int,
+    extra: dict[str, Any] | None = None,
+) -> Restored:
+    """Loads this checkpoint as `restore_latest` loads the latest. Collective."""
     meta = read_meta(path)
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {**(extra or {}), "model": model_state, "optimizer": optimizer_state}

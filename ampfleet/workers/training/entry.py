@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ampfleet.core.recipes import RecipeDefinition, get_recipe
-from ampfleet.core.spec import CodeSpec, JobSpec
+from ampfleet.core.spec import CodeSpec, InitFrom, JobSpec
 from ampfleet.workers.parent_death import die_with_parent
 from ampfleet.workers.rank_memory import out_of_memory
 from ampfleet.workers.rank_output import capture_output
@@ -42,11 +42,21 @@ class StoredCode(CodeSpec):
     sha256: str | None = None
 
 
+class StoredInitFrom(InitFrom):
+    """`init_from` as stored: the API resolved it to one listed checkpoint."""
+
+    step: int
+    sha256: str
+    artifact: str
+    name: str
+
+
 class StoredSpec(JobSpec):
     """The spec as the API stored it in the job file: every default resolved, and what the
     API resolved for the node beside it."""
 
     code: StoredCode | None = None
+    init_from: StoredInitFrom | None = None
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
     """An installed recipe's, with every default it has filled in, however many."""
     inputs: dict[str, Any] = Field(default_factory=dict)

@@ -115,6 +115,8 @@ def build_manifest(
         "recipe": recipe_label(spec),
         "hyperparameters": run.hyperparameters,
         "spec": {**spec, "hyperparameters": run.hyperparameters},
+        # Lineage: the other job's checkpoint this one started from (None: from scratch).
+        "init_from": spec.get("init_from"),
         "precision": {
             "requested": spec["precision"],
             "effective": run.precision,

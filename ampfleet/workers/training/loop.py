@@ -29,6 +29,7 @@ from ampfleet.workers.stored_checkpoints import Stored
 from ampfleet.workers.training import checkpoint
 from ampfleet.workers.training.allreduce import AllReduceState
 from ampfleet.workers.training.flops import StepFlops, peak_flops
+from ampfleet.workers.training.initial import Initial, start_from
 from ampfleet.workers.training.parallel import ParallelConfig, ParallelModel
 from ampfleet.workers.training.precision import autocast
 from ampfleet.workers.training.prepared import (
@@ -106,6 +107,8 @@ class LoopConfig:
     attempt: int = 1
     """The job's attempt this run is (1: its first); a restart that cannot keep what an
     earlier attempt measured says so."""
+    initial: Initial | None = None
+    """Another job's checkpoint to start from while this job has none (`init_from`)."""
 
 
 def lr_at(step: int, *, base: float, warmup: int, progress: float) -> float:
@@ -590,6 +593,16 @@ class Trainer:
             rank=self.cfg.rank,
             world_size=self.cfg.world_size,
         )
+        if restored is None and self.cfg.initial is not None:
+            initial = self.cfg.initial
+            restored = start_from(
+                initial,
+                self.model,
+                self.optimizer,
+                rank=self.cfg.rank,
+                world_size=self.cfg.world_size,
+            )
+            self._record("event", reason="initialized", message=initial.describe())
         if restored is None:
             self.step = 0
             self.batches = self.micro_batches(start=0)

@@ -18,6 +18,7 @@ from ampfleet.core.spec import Stop
 from ampfleet.workers.rundir import RecordWriter, RunDir
 from ampfleet.workers.training.export import RunSummary, export_run
 from ampfleet.workers.training.group import nodes_of_ranks
+from ampfleet.workers.training.initial import Initial
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.parallel import ParallelConfig
 from ampfleet.workers.training.precision import resolve_allreduce_dtype, resolve_precision
@@ -117,6 +118,7 @@ def train(
         straggler_reports=spec.monitoring.straggler_reports,
         rank_nodes=nodes_of_ranks(job["node"]),
         attempt=int(job.get("attempt") or 1),
+        initial=Initial.of_job(job),
     )
     writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
     try:

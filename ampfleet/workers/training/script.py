@@ -353,6 +353,7 @@ class ScriptRank:
             "bundle": {"id": code["bundle"], "sha256": code.get("sha256")},
             "hyperparameters": spec.get("hyperparameters") or {},
             "spec": spec,
+            "init_from": spec.get("init_from"),
             "precision": {"requested": spec.get("precision"), "effective": SCRIPT_OWNED},
             "allreduce_dtype": {
                 "requested": spec.get("allreduce_dtype"),
