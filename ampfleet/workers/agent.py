@@ -33,6 +33,7 @@ from ampfleet.core.spec import Stop
 from ampfleet.core.states import LAUNCHED_STATES, JobState
 from ampfleet.workers.bundles import bundle_dir, ensure_unpacked
 from ampfleet.workers.fallbacks import earlier_fallbacks
+from ampfleet.workers.hardware_precision import script_hardware
 from ampfleet.workers.ingest import store_setup_output
 from ampfleet.workers.initial_checkpoint import ensure_initial, for_ranks, local_folder
 from ampfleet.workers.inputs import ensure_inputs, local_paths
@@ -282,6 +283,12 @@ class NodeAgent:
             brought["init_from"] = for_ranks(self.settings, init)
         if code:
             brought["code_dir"] = str(bundle_dir(self.settings, code["sha256"]))
+        if code and code.get("command"):  # the script's libraries are told (script_environment)
+            brought["hardware"] = script_hardware(
+                job.resolved["precision"],
+                accelerator=self.capacity.accelerator,
+                native_bf16=self.capacity.native_bf16,
+            )
         if code and code.get("requirements"):
             env = env_dir(self.settings, code["requirements"])
             brought["python"] = str(env_python(env))

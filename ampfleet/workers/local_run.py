@@ -17,8 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ampfleet.core.settings import get_settings
 from ampfleet.core.spec import JobSpec
+from ampfleet.workers.hardware_precision import script_hardware
 from ampfleet.workers.launch import RECIPE_RANK, SCRIPT_RANK, rank_environment, torchrun_args
+from ampfleet.workers.node import detect_capacity
 from ampfleet.workers.rundir import LineTail, RecordReader, RunDir
 
 LOCAL_JOB_ID = "local"
@@ -75,6 +78,13 @@ def prepare(
         "node": LOCAL_NODE,  # every rank is on this machine
         "inputs": {name: str(path.resolve()) for name, path in inputs.items()},
     }
+    if spec.is_script:  # what its libraries are told (script_environment.py)
+        capacity = detect_capacity(get_settings())
+        job["hardware"] = script_hardware(
+            resolved["precision"],
+            accelerator=capacity.accelerator,
+            native_bf16=capacity.native_bf16,
+        )
     if code_dir is not None:
         job["code_dir"] = str(code_dir.resolve())
         # Not uploaded: the manifest of the model says where the code came from instead.

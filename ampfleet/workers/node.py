@@ -27,6 +27,8 @@ class Capacity:
     gpu_model: str | None
     gpu_memory_mb: int | None
     memory_mb: int | None = None
+    native_bf16: bool = False
+    """The node's devices compute in bf16 natively (CUDA 8.0+, or AVX512-BF16/AMX)."""
 
     @property
     def rank_memory_limit_mb(self) -> int | None:
@@ -40,6 +42,8 @@ class Capacity:
 def detect_capacity(settings: Settings) -> Capacity:
     import torch
 
+    from ampfleet.workers.hardware_precision import cpu_supports_bf16
+
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
         devices = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
         return Capacity(
@@ -48,6 +52,7 @@ def detect_capacity(settings: Settings) -> Capacity:
             gpu_model=devices[0].name,
             gpu_memory_mb=devices[0].total_memory // MB,
             memory_mb=settings.node_memory_mb or sum(d.total_memory for d in devices) // MB,
+            native_bf16=all(d.major >= 8 for d in devices),
         )
     return Capacity(
         accelerator="cpu",
@@ -55,6 +60,7 @@ def detect_capacity(settings: Settings) -> Capacity:
         gpu_model=None,
         gpu_memory_mb=None,
         memory_mb=settings.node_memory_mb or host_memory_mb(),
+        native_bf16=cpu_supports_bf16(),
     )
 
 

@@ -33,6 +33,11 @@ the other job saved there (a plain script's own files, or a platform checkpoint)
 while this job has no checkpoint of its own, which a restart resumes instead."""
 INIT_LOAD = "AMPFLEET_INIT_LOAD"
 """`init_from.load` beside it: 'weights' (start from its weights) or 'full' (continue it)."""
+PRECISION = "AMPFLEET_PRECISION"
+"""The job's compute precision on this node (`auto` resolved for its hardware): bf16, fp16
+or fp32; what `ampfleet.train` applies, for a plain script to apply as it likes."""
+ALLREDUCE_DTYPE = "AMPFLEET_ALLREDUCE_DTYPE"
+"""The spec's `allreduce_dtype`, as given (`auto` follows the precision)."""
 JOB_ID = "AMPFLEET_JOB_ID"
 ATTEMPT = "AMPFLEET_ATTEMPT"
 """The attempt's number, from 1; a restart (preemption, a lost node) is the next."""
@@ -72,9 +77,45 @@ def script_environment(
     )
     if (max_steps := (spec.get("stop") or {}).get("max_steps")) is not None:
         env[MAX_STEPS] = str(max_steps)
+    env.update(_library_settings(spec, job.get("hardware") or {}))
     initial = job.get("init_from")
     if initial and Path(initial["path"]).is_dir():  # fetched: the job has no checkpoint yet
         env[INIT_DIR], env[INIT_LOAD] = str(initial["path"]), str(initial["load"])
     path = env.get("PATH", "")
     env["PATH"] = f"{Path(interpreter).parent}:{path}" if path else str(Path(interpreter).parent)
     return env
+
+
+_ACCELERATE_PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp32": "no"}
+
+
+def _library_settings(spec: Mapping[str, Any], hardware: Mapping[str, Any]) -> dict[str, str]:
+    """The job's fields in the documented variables of the libraries scripts train with:
+    HF Accelerate reads them when an `Accelerator()` is made, and the HF Trainer through it
+    (its `TrainingArguments` take ACCELERATE_MIXED_PRECISION unless `bf16=`/`fp16=` are
+    given). A script's own arguments still win: these are defaults, not orders."""
+    settings = {ALLREDUCE_DTYPE: str(spec.get("allreduce_dtype") or "auto")}
+    precision = hardware.get("precision")
+    if precision in _ACCELERATE_PRECISION:
+        settings[PRECISION] = precision
+        settings["ACCELERATE_MIXED_PRECISION"] = _ACCELERATE_PRECISION[precision]
+    if (
+        hardware.get("accelerator") == "cpu"
+        or (spec.get("resources") or {}).get("accelerator") == "cpu"
+    ):
+        settings["ACCELERATE_USE_CPU"] = "true"
+    parallelism = spec.get("parallelism") or {}
+    if parallelism.get("strategy") == "fsdp":  # FSDP2, as the platform's own sharding
+        settings.update(
+            {
+                "ACCELERATE_USE_FSDP": "true",
+                "FSDP_VERSION": "2",
+                "FSDP_RESHARD_AFTER_FORWARD": str(
+                    bool(parallelism.get("reshard_after_forward", True))
+                ).lower(),
+                "FSDP_ACTIVATION_CHECKPOINTING": str(
+                    parallelism.get("activation_checkpointing") == "full"
+                ).lower(),
+            }
+        )
+    return settings

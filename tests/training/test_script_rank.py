@@ -20,6 +20,7 @@ import torch
 
 from ampfleet.core.spec import JobSpec
 from ampfleet.workers import local_run
+from ampfleet.workers.hardware_precision import cpu_supports_bf16
 from ampfleet.workers.launch import SCRIPT_RANK, launch_command, rank_environment, torchrun_args
 from ampfleet.workers.records import Rejected, parse
 from ampfleet.workers.rundir import RunDir
@@ -237,3 +238,43 @@ def test_the_script_rank_imports_no_torch() -> None:
     probe = "import sys, ampfleet.workers.training.script; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+ASKS_THE_LIBRARIES = b"""
+import json, os
+from accelerate import Accelerator
+
+accelerator = Accelerator()
+seen = {
+    "accelerate": str(accelerator.mixed_precision),
+    "accelerate_device": accelerator.device.type,
+    "processes": accelerator.num_processes,
+    "precision": os.environ.get("AMPFLEET_PRECISION"),
+}
+index = accelerator.process_index
+from transformers import TrainingArguments  # it resets Accelerate's state: asked after
+
+output = os.environ["AMPFLEET_OUTPUT_DIR"]
+seen["trainer"] = TrainingArguments(output_dir=output, report_to=[]).mixed_precision
+with open(os.path.join(output, "seen-%d.json" % index), "w") as out:
+    json.dump(seen, out)
+"""
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32", "auto"])
+def test_hf_accelerate_and_the_trainer_take_the_jobs_precision(
+    tmp_path: Path, precision: str
+) -> None:
+    pytest.importorskip("accelerate", reason="the dev extra installs HF Accelerate")
+    spec = script_spec(["python", "ask.py"], precision=precision)
+    outcome, printed = run_locally(tmp_path, {"ask.py": ASKS_THE_LIBRARIES}, spec, procs=2)
+    assert outcome.succeeded, (outcome.failures, printed)
+    expected = {"bf16": "bf16", "fp32": "no"}.get(precision)
+    if expected is None:  # auto: what this CPU computes natively
+        expected = "bf16" if cpu_supports_bf16() else "no"
+    for rank in (0, 1):
+        seen = json.loads((outcome.run_dir.output_dir / f"seen-{rank}.json").read_text())
+        assert (seen["accelerate"], seen["trainer"]) == (expected, expected), seen
+        assert seen["accelerate_device"] == "cpu"
+        assert seen["processes"] == 2  # it joined torchrun's world, as the platform made it
+        assert seen["precision"] == ("fp32" if expected == "no" else expected)

@@ -18,8 +18,8 @@ from torch import nn
 from torch.nn import functional
 
 import ampfleet.train
+from ampfleet.workers.hardware_precision import cpu_supports_bf16
 from ampfleet.workers.rundir import RunDir
-from ampfleet.workers.training.precision import cpu_supports_bf16
 from tests.support.localranks import run_ranks
 from tests.support.training import dump, records, script_run_folder
 

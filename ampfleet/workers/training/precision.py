@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from functools import lru_cache
-from pathlib import Path
 
 import torch
 
+from ampfleet.workers.hardware_precision import auto_precision, cpu_supports_bf16
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-
-@lru_cache
-def cpu_supports_bf16() -> bool:
-    """AVX512-BF16 or AMX: the CPU has native bf16 dot products, so autocast pays off."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def supports_bf16(device: torch.device) -> bool:
@@ -33,9 +23,7 @@ def resolve_precision(requested: str, device: torch.device) -> str:
     """`auto`: bf16 where the hardware has it, fp16 on older CUDA, fp32 otherwise."""
     if requested != "auto":
         return requested
-    if supports_bf16(device):
-        return "bf16"
-    return "fp16" if device.type == "cuda" else "fp32"
+    return auto_precision(cuda=device.type == "cuda", native_bf16=supports_bf16(device))
 
 
 def resolve_allreduce_dtype(requested: str, precision: str, backend: str) -> str:
