@@ -13,8 +13,11 @@ variants take turns call by call, so a burst of load on the machine hits them al
 `bytes` is what the half-precision hooks sent against fp32 (the larger of bf16 and fp16),
 read off the loopback interface's counters: what went over it, TCP headers included.
 
-Also shown, all on bf16: gloo's own half-precision all_reduce (why we do not use it); our
-ring, which ranks use from three on, run here on two; and the two halves of our two-rank
+`auto` is what `allreduce_dtype: auto` takes on that world: the job's own start-up
+measurement (fp32 against every half-precision wire) runs first, and its pick is timed with
+the rest; the picks are printed under each row. Also shown, all on bf16: gloo's own
+half-precision all_reduce (one of `auto`'s wires; it sums in bf16); our ring, which ranks
+use from three on, run here on two; and the two halves of our two-rank
 hook's cost measured apart: `wire` moves its half-precision bytes with no arithmetic,
 `casts` does its arithmetic (divide, cast, widen, add) with no transfer. On a link, also:
 `swap`, the two-rank swap through one process group (send and receive take turns), and
@@ -35,7 +38,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ampfleet.workers.training.allreduce import compressed_all_reduce_
+from ampfleet.workers.training.allreduce import (
+    AllReduceState,
+    compressed_all_reduce_,
+    measure_auto,
+)
 from ampfleet.workers.training.ring import (
     PairDirections,
     Workspace,
@@ -44,8 +51,8 @@ from ampfleet.workers.training.ring import (
 )
 from tests.support.localranks import run_ranks
 
-VARIANTS = ("fp32", "bf16", "fp16", "gloo_bf16", "ring_bf16", "wire", "casts")
-LINK_VARIANTS = ("fp32", "bf16", "fp16", "gloo_bf16", "ring_bf16", "swap", "gather")
+VARIANTS = ("fp32", "bf16", "fp16", "auto", "gloo_bf16", "ring_bf16", "wire", "casts")
+LINK_VARIANTS = ("fp32", "bf16", "fp16", "auto", "gloo_bf16", "ring_bf16", "swap", "gather")
 # Where the ranks' bytes are counted: loopback carries every rank's (shared), a host of the
 # bed only its own.
 INTERFACE = {"loopback": "lo", "link": "eth0"}
@@ -100,8 +107,9 @@ def _timed_rounds(
 
 def _variants(
     rank: int, world_size: int, numel: int, mode: str
-) -> tuple[dict[str, Callable[[], object]], Callable[[], object]]:
-    """Each variant's call on a bucket of `numel` fp32 gradients, and the bucket's refill."""
+) -> tuple[dict[str, Callable[[], object]], Callable[[], object], str]:
+    """Each variant's call on a bucket of `numel` fp32 gradients, the bucket's refill, and
+    what `auto` picked (the job's own start-up measurement, run here first)."""
     peer = 1 - rank
     gradients = torch.randn(numel, generator=torch.Generator().manual_seed(rank))
     bucket = torch.empty_like(gradients)
@@ -112,6 +120,9 @@ def _variants(
     workspaces = {name: Workspace() for name in ("bf16", "fp16", "ring_bf16", "casts", "swap")}
     # As attach() gives a job of two gloo ranks.
     directions = PairDirections() if world_size == 2 else None
+    state = AllReduceState(dtype=torch.bfloat16, backend="gloo", directions=directions)
+    choice = measure_auto(state, "bf16", numel, torch.device("cpu"))
+    workspaces["auto"] = Workspace()
 
     def fp32() -> None:
         bucket.div_(world_size)
@@ -149,8 +160,21 @@ def _variants(
     def casts() -> None:
         pair_average_(bucket, torch.bfloat16, workspaces["casts"], swap=no_transfer)
 
+    def auto() -> None:
+        if choice.dtype == "fp32":
+            fp32()
+            return
+        compressed_all_reduce_(
+            bucket,
+            torch.bfloat16,
+            workspace=workspaces["auto"],
+            directions=directions,
+            algorithm=choice.wire,
+        )
+
     functions = {
         "fp32": fp32,
+        "auto": auto,
         "bf16": ours(torch.bfloat16, workspaces["bf16"]),
         "fp16": ours(torch.float16, workspaces["fp16"]),
         "gloo_bf16": gloo_bf16,
@@ -163,7 +187,8 @@ def _variants(
     wanted: tuple[str, ...] = (*VARIANTS, "swap") if mode == "loopback" else LINK_VARIANTS
     if world_size != 2:  # the two-rank algorithms
         wanted = tuple(name for name in wanted if name not in ("swap", "wire", "casts"))
-    return {name: functions[name] for name in wanted}, lambda: bucket.copy_(gradients)
+    pick = f"{choice.dtype} by {choice.wire or 'default'}" if choice.dtype != "fp32" else "fp32"
+    return {name: functions[name] for name in wanted}, lambda: bucket.copy_(gradients), pick
 
 
 def _measure(
@@ -171,8 +196,8 @@ def _measure(
 ) -> dict[float, dict[str, Any]]:
     results = {}
     for size in sizes_mib:
-        functions, refill = _variants(rank, world_size, int(size * 2**20) // 4, mode)
-        results[size] = _timed_rounds(functions, refill, reps, INTERFACE[mode])
+        functions, refill, pick = _variants(rank, world_size, int(size * 2**20) // 4, mode)
+        results[size] = {**_timed_rounds(functions, refill, reps, INTERFACE[mode]), "pick": pick}
     return results
 
 
@@ -217,6 +242,8 @@ def _table(rounds: list[dict[float, Any]], sizes_mib: list[float], rate: str | N
             f"{med['fp16'] * 1e3:>8.2f} | {ratio['bf16']:>8.2f}x {ratio['fp16']:>8.2f}x "
             f"{bytes_ratio:>5.2f}x{floor} | " + " ".join(f"{ratio[k]:>8.2f}x" for k in extra)
         )
+        picks = ", ".join(str(r[size]["pick"]) for r in rounds)
+        print(f"{'':>8} auto picked, round by round: {picks}")
 
 
 def main() -> None:

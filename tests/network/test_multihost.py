@@ -66,8 +66,15 @@ def test_auto_allreduce_measures_the_link_and_takes_what_it_measured(fleet: BedF
     job = fleet.submit(spec)
     done = fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=240)
     [measured] = [e for e in fleet.events(job["id"]) if e["reason"] == "allreduce_auto"]
-    figures = re.search(r"fp32 ([\d.]+) ms, bf16 ([\d.]+) ms; chose (\w+)$", measured["message"])
-    assert figures is not None, measured["message"]
-    fp32_ms, bf16_ms, chose = float(figures[1]), float(figures[2]), figures[3]
-    assert chose == ("bf16" if fp32_ms >= bf16_ms * AUTO_MIN_SPEEDUP else "fp32")
+    message = measured["message"]
+    figures = re.search(
+        r"fp32 ([\d.]+) ms, bf16 (.+); chose (\w+)(?: by the (\w+) wire)?$", message
+    )
+    assert figures is not None, message
+    fp32_ms, chose, wire = float(figures[1]), figures[3], figures[4]
+    wires = {name: float(ms) for name, ms in re.findall(r"(\w+) ([\d.]+) ms", figures[2])}
+    assert set(wires) == {"swap", "ring", "gloo"}, message  # every gloo wire, timed
+    fastest = min(wires, key=lambda name: wires[name])
+    assert chose == ("bf16" if fp32_ms >= wires[fastest] * AUTO_MIN_SPEEDUP else "fp32")
+    assert wire == (fastest if chose == "bf16" else None), message
     assert done["allreduce_dtype"] == {"requested": "auto", "effective": chose}

@@ -8,6 +8,7 @@ each contribution costs about 1.6e-3; a ring, which also rounds the sum, about 2
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -16,6 +17,7 @@ from ampfleet.workers.training.allreduce import AllReduceState, attach
 from tests.support.localranks import run_ranks
 
 MAX_RELATIVE_ERROR = 2e-3
+RING_RELATIVE_ERROR = 3e-3
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -32,13 +34,19 @@ def _flat_grads(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters()])
 
 
-def _run(rank: int, world_size: int, dtype_name: str, threshold: float):
+def _run(
+    rank: int, world_size: int, dtype_name: str, threshold: float, algorithm: str | None = None
+):
     local = _model()
     local(_batch(rank)).pow(2).mean().backward()
     model = _model()
     ddp = DistributedDataParallel(model, bucket_cap_mb=1)
     state = AllReduceState(
-        dtype=DTYPES[dtype_name], backend="gloo", guard_every=1, guard_threshold=threshold
+        dtype=DTYPES[dtype_name],
+        backend="gloo",
+        guard_every=1,
+        guard_threshold=threshold,
+        algorithm=algorithm,
     )
     attach(ddp, state)
     state.begin_step(0)
@@ -117,3 +125,15 @@ def test_fp16_wire_carries_contributions_past_its_range_once_divided() -> None:
     for _, averaged in ranks:
         assert torch.isfinite(averaged).all()
         assert float((averaged - exact).norm() / exact.norm()) <= MAX_RELATIVE_ERROR
+
+
+@pytest.mark.parametrize("algorithm", ["swap", "ring", "gloo"])
+def test_each_wire_auto_may_choose_averages_alike_on_every_rank(algorithm: str) -> None:
+    """`auto` picks among the wires by speed (the swap, the ring, gloo's own): each gives
+    every rank the same gradients, within the ring's error bar (it rounds the sum too)."""
+    ranks = run_ranks(_run, 2, "bf16", 1.0, algorithm)
+    reference = (ranks[0]["local"] + ranks[1]["local"]) / 2
+    assert torch.equal(ranks[0]["reduced"], ranks[1]["reduced"])
+    error = _relative(ranks[0]["reduced"], reference)
+    assert 0 < error <= RING_RELATIVE_ERROR, error  # 0: it never went through the wire
+    assert ranks[0]["guard_error"] == ranks[1]["guard_error"] is not None

@@ -3,7 +3,9 @@
 Wire formats: every half-precision path divides by the world size before the sum (so an
 fp16 sum cannot overflow), casts, reduces, and casts back into the bucket.
   - NCCL: torch's built-in compress hooks.
-  - gloo, bf16/fp16: ours (ring.py): gloo moves the bytes, torch does the additions.
+  - gloo, bf16/fp16: ours (ring.py): gloo moves the bytes, torch does the additions (the
+    two-rank swap or the ring), or gloo's own all_reduce of the half values where `auto`
+    found it faster (a fast link: its sum is in the wire's precision, the guard watches).
     torch's own bf16 hook refuses gloo, and gloo's fp16 sum runs in software.
   - fp32 anywhere: the backend's own all_reduce, as DDP does by default.
 
@@ -19,6 +21,7 @@ ends by waiting for it, so the time after that launch is AllReduce time it did n
 # No `from __future__ import annotations` here: DDP inspects the hook's annotations at
 # registration and accepts only the real GradBucket/Future classes, not strings.
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +35,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ampfleet.workers.training.group import started
 from ampfleet.workers.training.precision import DTYPES
-from ampfleet.workers.training.ring import CommThread, PairDirections, Workspace, wire_average_
+from ampfleet.workers.training.ring import (
+    ALGORITHMS,
+    CommThread,
+    PairDirections,
+    Workspace,
+    wire_average_,
+)
 
 
 @dataclass
@@ -47,6 +56,8 @@ class AllReduceState:
     last_relative_error: float | None = None
     switch_reason: str | None = None
     """Set once, when the guard switched this job to fp32."""
+    algorithm: str | None = None
+    """The gloo half-precision wire (ring.ALGORITHMS); None: ring.default_algorithm."""
     workspace: Workspace = field(default_factory=Workspace, repr=False)
     directions: PairDirections | None = field(default=None, repr=False)
     """Two ranks on gloo: a process group per direction of the swap (see ring.py)."""
@@ -102,12 +113,13 @@ def compressed_all_reduce_(
     reference: torch.Tensor | None = None,
     state: AllReduceState | None = None,
     directions: PairDirections | None = None,
+    algorithm: str | None = None,
 ) -> torch.Tensor:
     """Average `buffer` over the world through a `dtype` wire, in place (the gloo path);
     with a `reference`, reduce it in fp32 too and let the guard compare the two."""
     if reference is not None:
         dist.all_reduce(reference)
-    wire_average_(buffer, dtype, workspace or Workspace(), key, directions)
+    wire_average_(buffer, dtype, workspace or Workspace(), key, directions, algorithm)
     if reference is not None and state is not None:
         state.check_guard(buffer, reference)
     return buffer
@@ -139,6 +151,7 @@ def allreduce_hook(state: AllReduceState, bucket: GradBucket) -> torch.futures.F
                 reference=reference,
                 state=state,
                 directions=state.directions,
+                algorithm=state.algorithm,
             )
         )
     if reference is not None:
@@ -176,9 +189,10 @@ AUTO_REPEATS = 3
 
 @dataclass(frozen=True)
 class AutoChoice:
-    """What `allreduce_dtype: auto` measured on the job's own process group, and took. It
-    goes into the job's checkpoints: an attempt that resumes one on the same world keeps
-    it rather than measure again and drift on timing noise."""
+    """What `allreduce_dtype: auto` measured on the job's own process group, and took: the
+    dtype and, on gloo, the wire (ring.ALGORITHMS) that moved it fastest. It goes into the
+    job's checkpoints: an attempt that resumes one on the same world keeps it rather than
+    measure again and drift on timing noise."""
 
     half: str
     bucket_mib: float
@@ -186,6 +200,11 @@ class AutoChoice:
     half_s: float
     world_size: int
     backend: str
+    algorithm: str = ""
+    """The fastest half-precision wire ('' where there was one to time: NCCL's, or a
+    checkpoint's choice from before wires were timed, which used ring.default_algorithm)."""
+    candidates: dict[str, float] = field(default_factory=dict)
+    """Each half-precision wire timed, in seconds (the slowest rank's median)."""
 
     def applies_to(self, world_size: int, backend: str) -> bool:
         """Measured on a world like this one: another size or transport is another wire."""
@@ -195,19 +214,27 @@ class AutoChoice:
     def dtype(self) -> str:
         return self.half if self.fp32_s >= self.half_s * AUTO_MIN_SPEEDUP else "fp32"
 
+    @property
+    def wire(self) -> str | None:
+        """The gloo wire to reduce half precision by (None: the default one)."""
+        return self.algorithm or None
+
     def describe(self) -> str:
+        timed = ", ".join(f"{name} {s * 1e3:.1f} ms" for name, s in self.candidates.items())
+        half = f"{self.half} {timed}" if timed else f"{self.half} {self.half_s * 1e3:.1f} ms"
+        over = f" by the {self.algorithm} wire" if self.algorithm and self.dtype != "fp32" else ""
         return (
             f"auto AllReduce measured on a {self.bucket_mib:.1f} MiB bucket: fp32 "
-            f"{self.fp32_s * 1e3:.1f} ms, {self.half} {self.half_s * 1e3:.1f} ms; "
-            f"chose {self.dtype}"
+            f"{self.fp32_s * 1e3:.1f} ms, {half}; chose {self.dtype}{over}"
         )
 
 
 def measure_auto(state: AllReduceState, half: str, numel: int, device: torch.device) -> AutoChoice:
-    """Time one fp32 and one `half` reduction of a gradient bucket of `numel` values over
-    the default group, the way the hook does them (median of a few, after a warm-up that
-    touches the buffers' pages); every rank gets the slowest rank's figures, so all take
-    the same decision."""
+    """Time one fp32 reduction and one `half` reduction by each wire (on gloo: the swap for
+    two ranks, the ring, gloo's own; on NCCL: its own) of a gradient bucket of `numel`
+    values over the default group, the way the hook does them (median of a few, taking
+    turns, after a warm-up that touches the buffers' pages); every rank gets the slowest
+    rank's figures, so all take the same decision."""
     generator = torch.Generator().manual_seed(dist.get_rank())
     gradients = torch.randn(numel, generator=generator).to(device)
     bucket = torch.empty_like(gradients)
@@ -218,17 +245,28 @@ def measure_auto(state: AllReduceState, half: str, numel: int, device: torch.dev
         bucket.div_(dist.get_world_size())
         dist.all_reduce(bucket)
 
-    def compressed() -> None:
-        if state.backend == "nccl":
-            wire = bucket.div_(dist.get_world_size()).to(dtype)
-            dist.all_reduce(wire)
-            bucket.copy_(wire)
-        else:
-            compressed_all_reduce_(bucket, dtype, workspace=workspace, directions=state.directions)
+    def nccl() -> None:
+        wire = bucket.div_(dist.get_world_size()).to(dtype)
+        dist.all_reduce(wire)
+        bucket.copy_(wire)
 
-    times: dict[str, list[float]] = {"fp32": [], "half": []}
+    def by(algorithm: str) -> Callable[[], None]:
+        def reduce() -> None:
+            compressed_all_reduce_(
+                bucket, dtype, workspace=workspace, directions=state.directions, algorithm=algorithm
+            )
+
+        return reduce
+
+    runs: dict[str, Callable[[], None]] = {"fp32": fp32}
+    if state.backend == "nccl":
+        runs["nccl"] = nccl
+    else:
+        swap = dist.get_world_size() == 2
+        runs.update({name: by(name) for name in ALGORITHMS if swap or name != "swap"})
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for repeat in range(AUTO_REPEATS + 1):
-        for name, run in (("fp32", fp32), ("half", compressed)):
+        for name, run in runs.items():
             bucket.copy_(gradients)
             dist.barrier()
             started = time.perf_counter()
@@ -237,13 +275,18 @@ def measure_auto(state: AllReduceState, half: str, numel: int, device: torch.dev
                 torch.cuda.synchronize(device)
             if repeat:  # the first round is the warm-up
                 times[name].append(time.perf_counter() - started)
-    medians = torch.tensor([sorted(times[n])[len(times[n]) // 2] for n in ("fp32", "half")])
+    medians = torch.tensor([statistics.median(times[name]) for name in runs])
     dist.all_reduce(medians, op=dist.ReduceOp.MAX)
+    timed = dict(zip(runs, map(float, medians), strict=True))
+    fp32_s = timed.pop("fp32")
+    fastest = min(timed, key=lambda name: timed[name])
     return AutoChoice(
         half,
         numel * 4 / 2**20,
-        float(medians[0]),
-        float(medians[1]),
+        fp32_s,
+        timed[fastest],
         dist.get_world_size(),
         state.backend,
+        algorithm="" if state.backend == "nccl" else fastest,
+        candidates={} if state.backend == "nccl" else timed,
     )

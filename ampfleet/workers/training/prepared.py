@@ -287,6 +287,7 @@ class PreparedModel:
         if dtype != "fp32":  # a half-precision choice follows the compute, as `fall_back`
             dtype = resolve_allreduce_dtype("auto", self.precision, self.backend)
         self.comm.dtype = DTYPES[dtype]
+        self.comm.algorithm = choice.wire
         self.record("event", reason="allreduce_auto", message=message)
 
     def close(self) -> None:

@@ -59,14 +59,27 @@ class Workspace:
         return buffer[:numel]
 
 
+ALGORITHMS = ("swap", "ring", "gloo")
+"""The half-precision wires on gloo: the two-rank swap (two ranks only), the ring, and
+gloo's own all_reduce of the half-precision values (which sums them in that precision).
+Which is fastest depends on the link: `allreduce_dtype: auto` times them (allreduce.py)."""
+
+
+def default_algorithm(world_size: int) -> str:
+    """What a job that did not measure uses: the swap for two ranks, the ring from three."""
+    return "swap" if world_size == 2 else "ring"
+
+
 def wire_average_(
     buffer: torch.Tensor,
     dtype: torch.dtype,
     workspace: Workspace,
     key: int = 0,
     directions: PairDirections | None = None,
+    algorithm: str | None = None,
 ) -> torch.Tensor:
-    """Average the fp32 `buffer` over the default group through a `dtype` wire, in place.
+    """Average the fp32 `buffer` over the default group through a `dtype` wire, in place,
+    by `algorithm` (one of ALGORITHMS; default: `default_algorithm`).
 
     Every contribution is divided by the world size in fp32 before it is cast to the wire:
     the ring's fp16 partial sums cannot overflow, and dividing fp16 values instead would
@@ -79,11 +92,17 @@ def wire_average_(
         buffer.div_(world_size)
         dist.all_reduce(buffer)
         return buffer
-    if world_size == 2 and directions is not None:
+    algorithm = algorithm or default_algorithm(world_size)
+    if algorithm == "gloo":
+        wire = workspace.get("wire", key, buffer.numel(), dtype)
+        wire.copy_(buffer.div_(world_size))
+        dist.all_reduce(wire)
+        return buffer.copy_(wire)
+    if algorithm == "ring" or world_size > 2:
+        return ring_average_(buffer, dtype, workspace, key)
+    if directions is not None:
         return pipelined_pair_average_(buffer, dtype, workspace, directions, key)
-    if world_size == 2:
-        return pair_average_(buffer, dtype, workspace, key)
-    return ring_average_(buffer, dtype, workspace, key)
+    return pair_average_(buffer, dtype, workspace, key)
 
 
 def pair_average_(
