@@ -29,10 +29,11 @@ from sqlalchemy import insert, update
 from sqlalchemy.orm import Session
 
 from ampfleet.api.observability import nearest_rank
+from ampfleet.core.celery_config import START_ATTEMPT
 from ampfleet.core.db import session_scope
 from ampfleet.core.fleet import JobRequest, NodeView, matches
 from ampfleet.core.lifecycle import transition
-from ampfleet.core.messaging import START_ATTEMPT, enqueue
+from ampfleet.core.messaging import enqueue
 from ampfleet.core.models import Allocation, Job, Node, utcnow
 from ampfleet.core.settings import get_settings
 from ampfleet.core.states import JobState

@@ -1,4 +1,4 @@
-"""The Celery app every process shares, the task names and the transactional outbox.
+"""The Celery app of the server processes, the transactional outbox and the scheduler's wake-up.
 
 Messages only carry commands that name rows ("start attempt 3 of job J"); the database
 holds the truth. A decision and its message are written in one transaction (the outbox)
@@ -17,57 +17,11 @@ from celery import Celery
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from ampfleet.core import file_broker
+from ampfleet.core.celery_config import WAKE_SCHEDULER_QUEUE, make_celery
 from ampfleet.core.models import OutboxMessage, utcnow
-from ampfleet.core.settings import SCHEDULER_QUEUE, Settings, get_settings
+from ampfleet.core.settings import get_settings
 
 log = logging.getLogger(__name__)
-
-START_ATTEMPT = "ampfleet.start_attempt"
-WAKE_SCHEDULER = "ampfleet.wake_scheduler"
-
-
-def make_celery(settings: Settings) -> Celery:
-    app = Celery("ampfleet", broker=settings.effective_broker_url)
-    options: dict[str, Any] = {}
-    transport: str | None = None  # the URL's scheme names it
-    if settings.effective_broker_url.startswith("filesystem"):
-        transport = file_broker.TRANSPORT  # message files complete before they are seen
-        # The embedded broker: one folder of message files shared by every local process.
-        folder = settings.broker_folder
-        for sub in ("queue", "control"):
-            (folder / sub).mkdir(parents=True, exist_ok=True)
-        options = {
-            "data_folder_in": str(folder / "queue"),
-            "data_folder_out": str(folder / "queue"),
-            "control_folder": str(folder / "control"),
-            "polling_interval": 0.05,
-        }
-    elif settings.effective_broker_url.startswith(("redis", "rediss")):
-        # Start messages are acknowledged within seconds (training is supervised outside
-        # the task), so the visibility timeout only bounds redelivery after a crash.
-        options = {"visibility_timeout": settings.broker_visibility_timeout_s}
-        if settings.redis_key_prefix:
-            options["global_keyprefix"] = settings.redis_key_prefix
-    app.conf.update(
-        broker_transport=transport,
-        broker_transport_options=options,
-        broker_connection_retry_on_startup=True,
-        task_serializer="json",
-        accept_content=["json"],
-        task_acks_late=True,
-        task_reject_on_worker_lost=True,
-        worker_prefetch_multiplier=1,
-        # Off unless the operator asks (AMPFLEET_CELERY_MONITORING): /v1/nodes and /metrics
-        # are the monitoring surface; remote control and events cost broker traffic.
-        worker_enable_remote_control=settings.celery_monitoring,
-        worker_send_task_events=settings.celery_monitoring,
-        task_send_sent_event=settings.celery_monitoring,
-        task_ignore_result=True,
-        task_default_queue=SCHEDULER_QUEUE,
-        worker_hijack_root_logger=False,
-    )
-    return app
 
 
 @lru_cache
@@ -128,7 +82,11 @@ _wake_pending = threading.Event()
 def wake_scheduler() -> None:
     """Best effort and off the caller's thread: the scheduler also polls the database, so a
     lost wake-up costs one poll interval, and a broker that is down must not slow a request.
-    Wake-ups asked for while one is still waiting to be sent ride along with it."""
+    Wake-ups asked for while one is still waiting to be sent ride along with it.
+
+    A wake-up is a plain message, not a Celery task: the scheduler only takes it off its
+    queue, no Celery worker runs it or reports on it, so as a task it would stand in Flower
+    as sent and never finished (PENDING) for ever."""
     if _wake_pending.is_set():
         return
     _wake_pending.set()
@@ -138,6 +96,14 @@ def wake_scheduler() -> None:
 def _send_wake() -> None:
     _wake_pending.clear()  # later wake-ups need a message of their own: this one is leaving
     try:
-        get_celery().send_task(WAKE_SCHEDULER, queue=SCHEDULER_QUEUE, retry=False)
+        with get_celery().producer_or_acquire() as producer:
+            producer.publish(
+                {},
+                exchange=WAKE_SCHEDULER_QUEUE.exchange,
+                routing_key=WAKE_SCHEDULER_QUEUE.routing_key,
+                declare=[WAKE_SCHEDULER_QUEUE],
+                serializer="json",
+                retry=False,
+            )
     except Exception:
         log.warning("could not wake the scheduler; it will find the work on its next poll")

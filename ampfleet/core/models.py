@@ -288,6 +288,12 @@ class Webhook(Base):
     previous_secret_until: Mapped[datetime | None] = mapped_column()
     states: Mapped[list[str]] = mapped_column(JSON, comment='job states, or ["*"]')
     metric_thresholds: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    # A row that never chose was made before the envelope: its receiver parses the flat form.
+    payload_version: Mapped[str] = mapped_column(
+        String(16),
+        server_default="flat",
+        comment="standard: the Standard Webhooks envelope; flat: the event alone",
+    )
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -304,6 +310,9 @@ class WebhookDelivery(Base):
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
     webhook_id: Mapped[str] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    message_id: Mapped[str] = mapped_column(
+        String(40), comment="webhook-id: msg_..., the same on every retry"
+    )
     job_id: Mapped[str] = mapped_column(String(40))
     event_key: Mapped[str] = mapped_column(String(200), comment="what fired, once per job")
     event: Mapped[str] = mapped_column(String(32), comment="job.state | job.metric")

@@ -1,11 +1,16 @@
 """Webhook notifications, queued in the same transaction as the change they report.
 
+A delivery is a Standard Webhooks message: the body is the envelope `{"type", "timestamp",
+"data"}` (`type` the event, `job.state` or `job.metric`; `timestamp` when it happened, RFC
+3339; `data` the event's fields), or, for a webhook whose `payload_version` is "flat" (every
+webhook made before the envelope), the event's fields alone, as those receivers expect.
+
 Deliveries are signed to the Standard Webhooks scheme, so the stock verifier of any language
-accepts them: `webhook-id` (the delivery id, the same on every retry, so a receiver can drop
-repeats), `webhook-timestamp` (seconds) and `webhook-signature: v1,<base64 HMAC-SHA256 of
-"<id>.<timestamp>.<body>">`, keyed with the base64 bytes of a `whsec_` secret. While a rotated
-secret's overlap lasts, the header carries one signature per secret, space-separated, so a
-receiver holding either verifies.
+accepts them: `webhook-id` (`msg_...`, the message's own id, the same on every retry, so a
+receiver can drop repeats), `webhook-timestamp` (seconds) and `webhook-signature: v1,<base64
+HMAC-SHA256 of "<id>.<timestamp>.<body>">`, keyed with the base64 bytes of a `whsec_` secret.
+While a rotated secret's overlap lasts, the header carries one signature per secret,
+space-separated, so a receiver holding either verifies.
 
 Secrets made before the standard (64 hex characters) keep working: their HMAC key is the
 text itself (as a standard secret: `whsec_` + base64 of that text), and their deliveries also
@@ -18,16 +23,20 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import operator
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from ampfleet.core.ids import new_id
 from ampfleet.core.models import Webhook, WebhookDelivery, utcnow
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
@@ -37,7 +46,11 @@ OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
 }
 
+PayloadVersion = Literal["standard", "flat"]
+"""What a webhook's deliveries carry: the Standard Webhooks envelope, or the event alone."""
+
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the scheme's marker, not a secret
+MESSAGE_ID_PREFIX = "msg"
 _SECRET_BYTES = 32
 
 
@@ -87,6 +100,29 @@ def signed_headers(
     return headers
 
 
+@dataclass(frozen=True)
+class Message:
+    """One event as a webhook message: what `body` POSTs and `signed_headers` signs."""
+
+    id: str
+    """`msg_...`: the `webhook-id`, the same on every retry."""
+    type: str
+    """job.state | job.metric"""
+    occurred_at: datetime
+    data: dict[str, Any]
+
+    def body(self, version: str) -> bytes:
+        document = self.data
+        if version != "flat":
+            # The same instant, in the same RFC 3339 form, as the event's own `time` field.
+            document = {
+                "type": self.type,
+                "timestamp": self.occurred_at.isoformat(),
+                "data": self.data,
+            }
+        return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
 # Projects known to have no webhooks, and until when (monotonic): most projects have none,
 # and a state change should not pay a query to learn it again. Creating or deleting a
 # webhook clears the note in that process; other processes see it within the TTL.
@@ -116,7 +152,13 @@ def subscribers(session: Session, projects: Iterable[str]) -> dict[str, list[Web
 
 
 def _add(
-    session: Session, webhook: Webhook, job_id: str, key: str, event: str, payload: dict[str, Any]
+    session: Session,
+    webhook: Webhook,
+    job_id: str,
+    key: str,
+    event: str,
+    occurred_at: datetime,
+    payload: dict[str, Any],
 ) -> None:
     """Queue one delivery; a repeat of the same (webhook, job, key) is ignored."""
     try:
@@ -124,13 +166,15 @@ def _add(
             session.add(
                 WebhookDelivery(
                     webhook_id=webhook.id,
+                    message_id=new_id(MESSAGE_ID_PREFIX),
                     job_id=job_id,
                     event_key=key,
                     event=event,
                     payload=payload,
                     status="pending",
                     attempts=0,
-                    next_attempt_at=utcnow(),
+                    next_attempt_at=occurred_at,
+                    created_at=occurred_at,
                 )
             )
     except IntegrityError:
@@ -154,6 +198,7 @@ def state_changed(
     for webhook in subscribed:
         if "*" not in webhook.states and to_state not in webhook.states:
             continue
+        now = utcnow()
         payload = {
             "type": "job.state",
             "job_id": job_id,
@@ -163,9 +208,10 @@ def state_changed(
             "to_state": to_state,
             "reason": reason,
             "message": message,
-            "time": utcnow().isoformat(),
+            "time": now.isoformat(),
         }
-        _add(session, webhook, job_id, f"state:{to_state}:{attempt}", "job.state", payload)
+        key = f"state:{to_state}:{attempt}"
+        _add(session, webhook, job_id, key, "job.state", now, payload)
 
 
 def metrics_landed(
@@ -182,6 +228,7 @@ def metrics_landed(
             for name, step, value in points:
                 if name == threshold["name"] and compare(value, threshold["value"]):
                     key = f"metric:{name}{threshold['op']}{threshold['value']}"
+                    now = utcnow()
                     payload = {
                         "type": "job.metric",
                         "job_id": job_id,
@@ -190,7 +237,7 @@ def metrics_landed(
                         "step": step,
                         "value": value,
                         "threshold": threshold,
-                        "time": utcnow().isoformat(),
+                        "time": now.isoformat(),
                     }
-                    _add(session, webhook, job_id, key, "job.metric", payload)
+                    _add(session, webhook, job_id, key, "job.metric", now, payload)
                     break

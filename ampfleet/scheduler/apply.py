@@ -14,8 +14,8 @@ from sqlalchemy import Table, bindparam, insert, tuple_, update
 from sqlalchemy.orm import Session
 
 from ampfleet.core import counters
+from ampfleet.core.celery_config import START_ATTEMPT
 from ampfleet.core.lifecycle import Transition, record_transitions, transition
-from ampfleet.core.messaging import START_ATTEMPT
 from ampfleet.core.models import Allocation, Job, OutboxMessage
 from ampfleet.core.states import ACTIVE_STATES, JobState
 from ampfleet.scheduler.placement import Decision, Placement, Preemption

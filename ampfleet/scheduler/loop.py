@@ -19,15 +19,15 @@ import threading
 from datetime import datetime
 
 from kombu.connection import Connection
-from kombu.entity import Exchange, Queue
 from kombu.message import Message
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from ampfleet.core.celery_config import WAKE_SCHEDULER_QUEUE
 from ampfleet.core.db import database_unavailable, is_postgres, session_scope
 from ampfleet.core.messaging import get_celery, relay_outbox
 from ampfleet.core.models import utcnow
-from ampfleet.core.settings import SCHEDULER_QUEUE, Settings, get_settings
+from ampfleet.core.settings import Settings, get_settings
 from ampfleet.scheduler import snapshot
 from ampfleet.scheduler.apply import apply
 from ampfleet.scheduler.reaper import reap
@@ -78,23 +78,20 @@ class Scheduler:
 
     def run_forever(self) -> None:
         log.info("scheduler running (poll every %.1fs)", self.settings.scheduler_poll_s)
-        queue = Queue(
-            SCHEDULER_QUEUE, Exchange(SCHEDULER_QUEUE, type="direct"), routing_key=SCHEDULER_QUEUE
-        )
         while not self._stop.is_set():
             try:
                 with get_celery().connection_for_read() as connection:
-                    self._serve(connection, queue)
+                    self._serve(connection)
             except Exception:
                 log.warning("broker unavailable; polling the database only", exc_info=True)
                 self._safe_pass()
                 self._stop.wait(self.settings.scheduler_poll_s)
 
-    def _serve(self, connection: Connection, queue: Queue) -> None:
+    def _serve(self, connection: Connection) -> None:
         def on_wake(_body: object, message: Message) -> None:
             message.ack()
 
-        with connection.Consumer([queue], callbacks=[on_wake], accept=["json"]):
+        with connection.Consumer([WAKE_SCHEDULER_QUEUE], callbacks=[on_wake], accept=["json"]):
             while not self._stop.is_set():
                 self._safe_pass()
                 try:

@@ -4,7 +4,6 @@ attempt's outcome kept on the delivery row, which is the delivery log."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -20,7 +19,7 @@ from ampfleet.core.models import Webhook, WebhookDelivery, utcnow
 from ampfleet.core.netguard import RefusedTargetError, Resolver, pin, system_resolver
 from ampfleet.core.sealing import UnsealError, unseal
 from ampfleet.core.settings import Settings
-from ampfleet.core.webhooks import signed_headers
+from ampfleet.core.webhooks import Message, signed_headers
 
 log = logging.getLogger(__name__)
 CLAIM_FOR = timedelta(seconds=60)
@@ -33,8 +32,8 @@ class Claimed:
     url: str
     secret: str | None
     """None when the stored secret cannot be opened with this server's key."""
-    event: str
-    payload: dict[str, Any]
+    message: Message
+    payload_version: str
     attempts: int
     previous_secret: str | None = None
     """A rotated secret still within its overlap: it signs too."""
@@ -73,8 +72,8 @@ def claim(limit: int, secret_key: str) -> list[Claimed]:
                 d.id,
                 hook.url,
                 _opened(hook.secret, hook.id, secret_key),
-                d.event,
-                d.payload,
+                Message(d.message_id, d.event, d.created_at, d.payload),
+                hook.payload_version,
                 d.attempts,
                 previous_secret=_opened(hook.previous_secret, hook.id, secret_key)
                 if hook.previous_secret_until is not None and hook.previous_secret_until > now
@@ -108,17 +107,18 @@ def send(
         target = pin(delivery.url, allow_private=settings.webhook_allow_private, resolve=resolve)
     except RefusedTargetError as exc:
         return None, str(exc)
-    body = json.dumps(delivery.payload, sort_keys=True, separators=(",", ":")).encode()
+    message = delivery.message
+    body = message.body(delivery.payload_version)
     secrets = [delivery.secret]
     if delivery.previous_secret is not None:
         secrets.append(delivery.previous_secret)
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "ampfleet-webhooks",
-        "X-Ampfleet-Event": delivery.event,
+        "X-Ampfleet-Event": message.type,
         "X-Ampfleet-Delivery": str(delivery.id),
         "Host": target.host_header,
-        **signed_headers(secrets, str(delivery.id), int(time.time()), body),
+        **signed_headers(secrets, message.id, int(time.time()), body),
     }
     extensions = {"sni_hostname": target.server_name} if target.server_name else None
     try:

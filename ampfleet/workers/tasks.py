@@ -13,8 +13,9 @@ import logging
 
 from celery import Task
 
+from ampfleet.core.celery_config import START_ATTEMPT
 from ampfleet.core.db import database_unavailable
-from ampfleet.core.messaging import START_ATTEMPT, get_celery
+from ampfleet.core.messaging import get_celery
 from ampfleet.workers.agent import NodeAgent
 
 log = logging.getLogger(__name__)

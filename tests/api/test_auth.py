@@ -75,6 +75,7 @@ def test_another_projects_objects_do_not_exist(app, make_key) -> None:
         "/v1/jobs/{job_id}": {"priority": "high"},
         "/v1/jobs/{job_id}/profile": {"steps": 2},
         "/v1/projects/{name}": {"weight": 2.0},
+        "/v1/webhooks/{webhook_id}": {"payload_version": "flat"},
     }
     for method, path in operations(other):
         if "{" not in path:

@@ -1,9 +1,11 @@
-"""Webhooks: SSRF refusal, signed deliveries from the outbox (verified with the stock Standard
-Webhooks library), secret rotation, retries with backoff, the log."""
+"""Webhooks: SSRF refusal, Standard Webhooks messages from the outbox (the envelope, `msg_`
+ids, signatures verified with the stock library), the flat form for receivers made before
+it, secret rotation, retries with backoff, the log."""
 
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import threading
 from collections import Counter
@@ -21,7 +23,7 @@ from ampfleet.core.db import session_scope
 from ampfleet.core.models import Job, Webhook
 from ampfleet.core.sealing import seal
 from ampfleet.core.settings import Settings, get_settings
-from ampfleet.core.webhooks import legacy_signature
+from ampfleet.core.webhooks import Message, legacy_signature
 from ampfleet.scheduler.webhook_dispatch import Claimed, deliver_due, send
 from ampfleet.workers.ingest import AttemptFeed, apply_records
 from ampfleet.workers.rundir import RunDir
@@ -137,12 +139,20 @@ def test_state_changes_and_thresholds_are_delivered_signed(
     api.post(f"/v1/jobs/{job['id']}/cancel")
     dispatch_all()
 
-    bodies = [json.loads(body) for _, body in receiver.received]
-    assert [(b["type"], b.get("to_state") or b.get("metric")) for b in bodies] == [
+    envelopes = [json.loads(body) for _, body in receiver.received]
+    assert all(set(e) == {"type", "timestamp", "data"} for e in envelopes)
+    bodies = [e["data"] for e in envelopes]
+    assert [
+        (e["type"], e["data"].get("to_state") or e["data"].get("metric")) for e in envelopes
+    ] == [
         ("job.state", "QUEUED"),
         ("job.metric", "val_accuracy"),
         ("job.state", "CANCELLED"),
     ]
+    for envelope in envelopes:  # RFC 3339, the instant the event itself names
+        timestamp = datetime.fromisoformat(envelope["timestamp"])
+        assert timestamp.utcoffset() == timedelta(0)
+        assert timestamp == datetime.fromisoformat(envelope["data"]["time"])
     assert bodies[1]["value"] == 0.6  # fired once, at the first crossing
     assert hook["secret"].startswith("whsec_")
     verifier = standardwebhooks.Webhook(hook["secret"])
@@ -151,7 +161,12 @@ def test_state_changes_and_thresholds_are_delivered_signed(
         assert "X-Ampfleet-Signature" not in headers  # only for secrets made before the standard
     log = api.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["items"]
     assert [d["status"] for d in log] == ["delivered"] * 3
-    assert [h["webhook-id"] for h, _ in receiver.received] == [str(d["id"]) for d in log]
+    assert [d["payload"] for d in log] == bodies
+    message_ids = [h["webhook-id"] for h, _ in receiver.received]
+    assert message_ids == [d["message_id"] for d in log]
+    assert all(re.fullmatch(r"msg_[0-9a-z]{26}", i) for i in message_ids), message_ids
+    assert len(set(message_ids)) == 3
+    assert [h["X-Ampfleet-Delivery"] for h, _ in receiver.received] == [str(d["id"]) for d in log]
     tampered = receiver.received[0][1].replace(b"QUEUED", b"FAILED")
     with pytest.raises(standardwebhooks.WebhookVerificationError):
         verifier.verify(tampered, receiver.received[0][0])
@@ -186,12 +201,24 @@ def test_failed_deliveries_are_retried_with_backoff_then_given_up(
         gone = api.get(f"/v1/webhooks/{second['id']}/deliveries").json()["items"][0]
         assert (gone["status"], gone["attempts"], gone["last_error"]) == ("failed", 4, "HTTP 500")
         assert len(dead.received) == 4
-        # A retry is the same message to a receiver: the same webhook-id each time.
-        assert {h["webhook-id"] for h, _ in flaky.received} == {str(ok["id"])}
+        # A retry is the same message to a receiver: the same webhook-id and body each time,
+        # signed afresh (the timestamp is the attempt's), so the stock verifier takes each.
+        assert ok["message_id"].startswith("msg_")
+        assert {h["webhook-id"] for h, _ in flaky.received} == {ok["message_id"]}
+        assert len({body for _, body in flaky.received}) == 1
         assert len(flaky.received) == 3
+        verifier = standardwebhooks.Webhook(first["secret"])
+        for headers, body in flaky.received:
+            assert verifier.verify(body, headers)["data"]["to_state"] == "QUEUED"
     finally:
         flaky.close()
         dead.close()
+
+
+def claimed(delivery_id: int, url: str) -> Claimed:
+    """A delivery as the dispatcher claims it, for sending without a database."""
+    message = Message(f"msg_{delivery_id}", "job.state", datetime.now(UTC), {})
+    return Claimed(delivery_id, url, "s", message, "standard", 0)
 
 
 def test_a_delivery_goes_to_the_address_that_was_checked() -> None:
@@ -208,7 +235,7 @@ def test_a_delivery_goes_to_the_address_that_was_checked() -> None:
         asked.append((host, port))
         return answers[min(len(asked), len(answers)) - 1]
 
-    delivery = Claimed(1, f"http://hooks.rebinding.test:{port}/hook", "s", "job.state", {}, 0)
+    delivery = claimed(1, f"http://hooks.rebinding.test:{port}/hook")
     try:
         with httpx.Client(timeout=5) as client:
             allowed = Settings(webhook_allow_private=True)
@@ -279,10 +306,10 @@ def test_https_to_a_pinned_address_verifies_the_certificate_against_the_name(
 
     try:
         with httpx.Client(timeout=5, verify=trusting) as client:
-            named = Claimed(1, f"https://{name}:{port}/hook", "s", "job.state", {}, 0)
+            named = claimed(1, f"https://{name}:{port}/hook")
             assert send(client, named, settings, to_loopback) == (200, None)
             assert receiver.received[0][0]["Host"] == f"{name}:{port}"
-            other = Claimed(2, f"https://other.pinned.test:{port}/hook", "s", "job.state", {}, 0)
+            other = claimed(2, f"https://other.pinned.test:{port}/hook")
             code, error = send(client, other, settings, to_loopback)
         assert code is None
         assert "certificate" in (error or "").lower()
@@ -356,6 +383,88 @@ def test_a_secret_made_before_the_standard_verifies_and_keeps_its_old_headers(
     )
     timestamp = int(headers["X-Ampfleet-Timestamp"])
     assert headers["X-Ampfleet-Signature"] == legacy_signature(legacy, timestamp, body)
+
+
+def test_a_flat_webhook_receives_the_event_alone_until_switched_to_the_envelope(
+    private_allowed: None, make_key, receiver: Receiver
+) -> None:
+    """The form of webhooks made before the envelope, signed and identified the same way;
+    switching keeps the webhook's id and secret, and reaches deliveries already queued."""
+    from ampfleet.api.app import create_app
+
+    api = TestClient(create_app(), headers={"Authorization": f"Bearer {make_key()}"})
+    created = api.post(
+        "/v1/webhooks",
+        json={"url": receiver.url, "states": ["QUEUED"], "payload_version": "flat"},
+    )
+    assert created.status_code == 201, created.text
+    hook = created.json()
+    assert hook["payload_version"] == "flat"
+    verifier = standardwebhooks.Webhook(hook["secret"])
+    _queue_one(api)
+    dispatch_all()
+    headers, body = receiver.received[-1]
+    flat = verifier.verify(body, headers)
+    assert (flat["type"], flat["to_state"]) == ("job.state", "QUEUED")
+    assert "data" not in flat
+    assert headers["webhook-id"].startswith("msg_")
+
+    _queue_one(api)  # queued while flat, sent after the switch
+    switched = api.patch(f"/v1/webhooks/{hook['id']}", json={"payload_version": "standard"})
+    assert switched.status_code == 200, switched.text
+    assert switched.json()["payload_version"] == "standard"
+    assert api.get(f"/v1/webhooks/{hook['id']}").json()["payload_version"] == "standard"
+    dispatch_all()
+    headers, body = receiver.received[-1]
+    envelope = verifier.verify(body, headers)
+    assert (envelope["type"], envelope["data"]["to_state"]) == ("job.state", "QUEUED")
+    assert len(receiver.received) == 2
+
+
+@pytest.mark.parametrize("value", ["v2", "STANDARD", "", 1, None, ["flat"], {"v": "flat"}])
+def test_a_bad_payload_version_is_a_422_that_changes_nothing(
+    client: TestClient, value: object
+) -> None:
+    refused = client.post(
+        "/v1/webhooks", json={"url": "https://1.1.1.1/hook", "payload_version": value}
+    )
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["code"] == "validation_error"
+    assert [d["field"] for d in refused.json()["error"]["details"]] == ["payload_version"]
+    assert client.get("/v1/webhooks").json()["items"] == []
+
+    hook = client.post("/v1/webhooks", json={"url": "https://1.1.1.1/hook"}).json()
+    assert hook["payload_version"] == "standard"  # what a new webhook gets
+    path = f"/v1/webhooks/{hook['id']}"
+    refused = client.patch(path, json={"payload_version": value})
+    assert refused.status_code == 422, refused.text
+    assert [d["field"] for d in refused.json()["error"]["details"]] == ["payload_version"]
+    assert client.get(path).json()["payload_version"] == "standard"
+
+
+def test_switching_a_payload_version_asks_for_it_alone_on_a_webhook_one_may_change(
+    client: TestClient, make_key
+) -> None:
+    from ampfleet.api.app import create_app
+
+    hook = client.post("/v1/webhooks", json={"url": "https://1.1.1.1/hook"}).json()
+    path = f"/v1/webhooks/{hook['id']}"
+    for body in ({}, {"payload_version": "flat", "url": "https://8.8.8.8/hook"}):
+        refused = client.patch(path, json=body)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["code"] == "validation_error"
+    assert (
+        client.patch("/v1/webhooks/wh_missing", json={"payload_version": "flat"}).status_code == 404
+    )
+    reader = TestClient(create_app(), headers={"Authorization": f"Bearer {make_key(role='read')}"})
+    assert reader.patch(path, json={"payload_version": "flat"}).status_code == 403
+    outsider = TestClient(
+        create_app(),
+        headers={"Authorization": f"Bearer {make_key(project='other', role='write')}"},
+    )
+    assert outsider.patch(path, json={"payload_version": "flat"}).status_code == 404
+    shown = {k: v for k, v in hook.items() if k != "secret"}
+    assert client.get(path).json() == shown  # unchanged by any of them
 
 
 RACE_TRIALS = 30

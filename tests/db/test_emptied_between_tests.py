@@ -30,6 +30,7 @@ def test_webhooks_and_their_deliveries_are_emptied(backend: str) -> None:
         session.add(
             WebhookDelivery(
                 webhook_id="wh_left_behind",
+                message_id="msg_left_behind",
                 job_id="job_left_behind",
                 event_key="state:QUEUED",
                 event="job.state",

@@ -88,8 +88,8 @@ def test_a_node_takes_other_starts_while_jobs_wait_for_their_rendezvous(make_fle
     fleet = make_fleet(cpu_slots=5)
     waiting = []
     with fleet_environment(fleet):
+        from ampfleet.core.celery_config import START_ATTEMPT
         from ampfleet.core.db import session_scope
-        from ampfleet.core.messaging import START_ATTEMPT
 
         with session_scope() as session:
             node_a = session.get(Node, "node-a")
@@ -141,8 +141,9 @@ def test_a_start_message_meeting_a_database_outage_is_retried(make_fleet) -> Non
         # A start timeout far away: only a retried message can start the job in time.
         fleet = make_fleet(database_url=postgres.url, extra_env={"AMPFLEET_START_TIMEOUT_S": "900"})
         with fleet_environment(fleet):
+            from ampfleet.core.celery_config import START_ATTEMPT
             from ampfleet.core.db import session_scope
-            from ampfleet.core.messaging import START_ATTEMPT, get_celery
+            from ampfleet.core.messaging import get_celery
 
             job_id = insert_job(state=JobState.SCHEDULED, attempt=1, procs_per_node=1)
             with session_scope() as session:

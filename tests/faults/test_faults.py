@@ -186,7 +186,8 @@ def test_a_redelivered_start_message_runs_once(make_fleet) -> None:
     job = fleet.submit(job_spec(stop={"max_steps": 1500}, log_every_steps=100))
     fleet.wait_for_state(job["id"], {"STARTING", "RUNNING"})
     with environment({k: v for k, v in fleet.env.items() if k.startswith("AMPFLEET_")}):
-        from ampfleet.core.messaging import START_ATTEMPT, get_celery
+        from ampfleet.core.celery_config import START_ATTEMPT
+        from ampfleet.core.messaging import get_celery
 
         for _ in range(3):  # as a broker would after a visibility timeout
             get_celery().send_task(

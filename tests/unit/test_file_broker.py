@@ -14,7 +14,7 @@ from kombu.transport import filesystem
 from kombu.utils.json import dumps
 
 from ampfleet.core import file_broker
-from ampfleet.core.messaging import make_celery
+from ampfleet.core.celery_config import make_celery
 from ampfleet.core.settings import Settings
 
 QUEUE = "node.n1"

@@ -19,6 +19,7 @@ from ampfleet.api.webhooks.schemas import (
     WebhookIn,
     WebhookList,
     WebhookOut,
+    WebhookUpdate,
 )
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
@@ -30,15 +31,31 @@ router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
     response_model=CreatedWebhook,
     responses=responses(401, 403, 422),
     summary="Subscribe a URL to job state changes and metric thresholds",
-    description="Deliveries are signed to the Standard Webhooks scheme: `webhook-id` (the "
-    "delivery id, the same on every retry), `webhook-timestamp` and `webhook-signature` = "
-    "'v1,' + base64(HMAC-SHA256(base64-decoded secret, id + '.' + timestamp + '.' + body)). "
-    "Targets on loopback or private networks are refused unless the server allows them.",
+    description="Deliveries are Standard Webhooks messages: the body "
+    '{"type", "timestamp", "data"} (or the event alone with `payload_version` "flat"), '
+    "`webhook-id` (`msg_...`, the same on every retry), `webhook-timestamp` and "
+    "`webhook-signature` = 'v1,' + base64(HMAC-SHA256(base64-decoded secret, id + '.' + "
+    "timestamp + '.' + body)). Targets on loopback or private networks are refused unless "
+    "the server allows them.",
 )
 def create_webhook(
     body: WebhookIn, session: SessionDep, principal: CurrentPrincipal
 ) -> CreatedWebhook:
     return service.create(session, body, principal)
+
+
+@router.patch(
+    "/{webhook_id}",
+    response_model=WebhookOut,
+    responses=responses(401, 403, 404, 422),
+    summary="Switch a webhook's payload version",
+    description='A receiver that parses the envelope moves its webhook from "flat" to '
+    '"standard" here, keeping its id and secret; deliveries still queued go out in the new form.',
+)
+def update_webhook(
+    webhook_id: str, body: WebhookUpdate, session: SessionDep, principal: CurrentPrincipal
+) -> WebhookOut:
+    return service.update(session, webhook_id, body, principal)
 
 
 @router.post(

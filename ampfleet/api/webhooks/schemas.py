@@ -9,6 +9,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ampfleet.core.project_names import ProjectName
 from ampfleet.core.states import JobState
+from ampfleet.core.webhooks import PayloadVersion
+
+PAYLOAD_VERSION_HELP = (
+    'What deliveries carry. "standard": the Standard Webhooks envelope {"type", "timestamp", '
+    '"data"}, the event in `data`. "flat": the event alone (the form of webhooks made before '
+    "the envelope)."
+)
 
 
 class Threshold(BaseModel):
@@ -36,6 +43,13 @@ class WebhookIn(BaseModel):
         description='Job states to notify, or ["*"] for every change.',
     )
     metric_thresholds: list[Threshold] = Field(default_factory=list, max_length=20)
+    payload_version: PayloadVersion = Field("standard", description=PAYLOAD_VERSION_HELP)
+
+
+class WebhookUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    payload_version: PayloadVersion = Field(description=PAYLOAD_VERSION_HELP)
 
 
 class WebhookOut(BaseModel):
@@ -44,6 +58,7 @@ class WebhookOut(BaseModel):
     url: str
     states: list[str]
     metric_thresholds: list[dict[str, Any]]
+    payload_version: PayloadVersion
     active: bool
     created_at: datetime
 
@@ -71,6 +86,7 @@ DeliveryStatus = Literal["pending", "delivered", "failed"]
 
 class DeliveryOut(BaseModel):
     id: int
+    message_id: str = Field(description="The `webhook-id` it is sent with, on every attempt.")
     job_id: str
     event: str
     event_key: str
@@ -81,7 +97,9 @@ class DeliveryOut(BaseModel):
     last_error: str | None
     created_at: datetime
     delivered_at: datetime | None
-    payload: dict[str, Any]
+    payload: dict[str, Any] = Field(
+        description="The event: the envelope's `data`, or the whole body when flat."
+    )
 
 
 class DeliveryPage(BaseModel):

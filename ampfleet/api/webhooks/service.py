@@ -22,6 +22,7 @@ from ampfleet.api.webhooks.schemas import (
     WebhookIn,
     WebhookList,
     WebhookOut,
+    WebhookUpdate,
 )
 from ampfleet.core.ids import new_id
 from ampfleet.core.models import Webhook, utcnow
@@ -62,12 +63,24 @@ def create(session: Session, body: WebhookIn, principal: Principal) -> CreatedWe
         secret=seal(secret, row_id=webhook_id, secret_key=settings.secret_key),
         states=[str(s) for s in body.states],
         metric_thresholds=[t.model_dump() for t in body.metric_thresholds],
+        payload_version=body.payload_version,
         active=True,
     )
     session.add(webhook)
     session.flush()
     forget_subscribers(project)
     return CreatedWebhook(**to_out(webhook).model_dump(), secret=secret)
+
+
+def update(
+    session: Session, webhook_id: str, body: WebhookUpdate, principal: Principal
+) -> WebhookOut:
+    """Deliveries already queued go out in the new form too: the body is made when sent."""
+    webhook = get(session, webhook_id, principal, for_update=True)
+    principal.check_can_write(webhook.project)
+    webhook.payload_version = body.payload_version
+    session.flush()
+    return to_out(webhook)
 
 
 def rotate_secret(session: Session, webhook_id: str, principal: Principal) -> RotatedSecret:

@@ -1,0 +1,44 @@
+"""A wake-up (a submit, freed slots) starts a scheduling pass at once, on both brokers (Redis,
+and the embedded broker's files), rather than at the next poll of the database."""
+
+from __future__ import annotations
+
+import threading
+
+from ampfleet.core.messaging import wake_scheduler
+from ampfleet.core.settings import get_settings
+from ampfleet.scheduler.loop import Scheduler
+from tests.support.env import environment
+
+# Far longer than the test may take: a pass after the first comes only from a wake-up.
+POLL_S = "3600"
+PASS_TIMEOUT_S = 60
+
+
+class CountedScheduler(Scheduler):
+    """The real scheduler, telling each pass it ends."""
+
+    def __init__(self) -> None:
+        super().__init__(get_settings())
+        self.passes = threading.Semaphore(0)
+
+    def run_pass(self) -> int:
+        placed = super().run_pass()
+        self.passes.release()
+        return placed
+
+
+def test_a_wake_up_starts_a_pass_before_the_poll_would(backend: str) -> None:
+    with environment({"AMPFLEET_SCHEDULER_POLL_S": POLL_S}):
+        scheduler = CountedScheduler()
+        loop = threading.Thread(target=scheduler.run_forever, daemon=True)
+        loop.start()
+        try:
+            assert scheduler.passes.acquire(timeout=PASS_TIMEOUT_S)  # the pass on starting
+            wake_scheduler()
+            assert scheduler.passes.acquire(timeout=PASS_TIMEOUT_S), "the wake-up was lost"
+        finally:
+            scheduler.stop()
+            wake_scheduler()  # the loop waits on the broker: this lets it see the stop
+            loop.join(timeout=PASS_TIMEOUT_S)
+        assert not loop.is_alive()
