@@ -47,7 +47,7 @@ from ampfleet.core.fairshare import ProjectPolicy, queue_key, weight
 from ampfleet.core.fleet import JobRequest, NodeView, fits_fleet, matches
 from ampfleet.scheduler import reasons
 from ampfleet.scheduler.capacity_index import CapacityIndex, Overlay
-from ampfleet.scheduler.preemption import Preemptible
+from ampfleet.scheduler.preemption import Preemptible, RunningJob
 from ampfleet.scheduler.topology import Topology, labels_in_use
 
 __all__ = [
@@ -67,22 +67,6 @@ __all__ = [
 
 PLACED_CHARGE_S = 1.0
 """Usage (seconds per slot) charged to a project for each job it is given within one pass."""
-
-
-@dataclass(frozen=True)
-class RunningJob:
-    id: str
-    project: str
-    priority: int
-    allocations: Mapping[str, int]
-    """Node id -> slots held."""
-    estimated_end: float | None
-    """Epoch seconds, from progress; None when unknown."""
-    started: float
-    preempting: bool = False
-    """Already told to checkpoint and exit by an earlier pass. Its slots come back soon, so it
-    is never chosen again: a job that needs room takes those slots first, at no new cost,
-    and the job it was preempted for (first in order again) finds the same room waiting."""
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,28 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from ampfleet.scheduler.capacity_index import Overlay
 
-if TYPE_CHECKING:  # placement imports this module; its RunningJob is only a type here
-    from ampfleet.scheduler.placement import RunningJob
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job holding slots, as a pass sees it: what taking them back would cost."""
+
+    id: str
+    project: str
+    priority: int
+    allocations: Mapping[str, int]
+    """Node id -> slots held."""
+    estimated_end: float | None
+    """Epoch seconds, from progress; None when unknown."""
+    started: float
+    preempting: bool = False
+    """Already told to checkpoint and exit by an earlier pass. Its slots come back soon, so it
+    is never chosen again: a job that needs room takes those slots first, at no new cost,
+    and the job it was preempted for (first in order again) finds the same room waiting."""
+
 
 Allocations = Mapping[str, Sequence[tuple[int, int]]]
 """Running job id -> (node number, slots) it holds."""

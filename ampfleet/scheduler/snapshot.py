@@ -15,7 +15,8 @@ from ampfleet.core.models import Allocation, Job, Node
 from ampfleet.core.settings import Settings
 from ampfleet.core.states import SLOT_HOLDING_STATES, JobState
 from ampfleet.core.usage import usage_by_project
-from ampfleet.scheduler.placement import Decision, RunningJob, schedule
+from ampfleet.scheduler.placement import Decision, schedule
+from ampfleet.scheduler.preemption import RunningJob
 
 MAX_QUEUED_PER_PASS = 20_000
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from ampfleet.core.cancelling import request_cancel
 from ampfleet.core.idle_policy import IdlePolicy
-from ampfleet.core.lifecycle import record_event, transition
+from ampfleet.core.lifecycle import record_event
 from ampfleet.core.models import Job
-from ampfleet.core.states import ACTIVE_STATES, JobState
 from ampfleet.workers.telemetry import by_kind
 
 
@@ -94,11 +94,9 @@ def act(
         + ("; the project's idle policy stops it" if stops else ""),
     )
     if stops:
-        transition(
+        request_cancel(
             session,
             job.id,
-            JobState.CANCELLING,
-            from_states=ACTIVE_STATES,
             attempt=job.attempt,
             reason="idle_policy",
             message=f"stopped by project {job.project}'s idle policy",

@@ -39,10 +39,11 @@ from ampfleet.api.jobs.schemas import (
 )
 from ampfleet.api.pagination import decode_cursor, encode_cursor
 from ampfleet.core import goodput
+from ampfleet.core.cancelling import request_cancel
 from ampfleet.core.custom_code import custom_code_allowed, custom_code_refusal
 from ampfleet.core.fleet import fits_fleet, job_request_of, matches
 from ampfleet.core.ids import new_id
-from ampfleet.core.lifecycle import Transition, record_event, record_transitions, transition
+from ampfleet.core.lifecycle import Transition, record_event, record_transitions
 from ampfleet.core.memory import job_rank_memory, memory_refusal
 from ampfleet.core.models import Bundle, Job, Project, utcnow
 from ampfleet.core.recipes import UnknownRecipeError, get_recipe
@@ -56,7 +57,7 @@ from ampfleet.core.spec import (
     command_script,
     describe_command,
 )
-from ampfleet.core.states import ACTIVE_STATES, WAITING_STATES, JobState
+from ampfleet.core.states import JobState
 from ampfleet.core.validation import describe_invalid, dotted
 
 JOB_ID = re.compile(r"job_[0-9a-z]{26}")
@@ -320,21 +321,7 @@ def cancel(session: Session, job_id: str, principal: Principal) -> Job:
         return job
     if state.is_terminal():
         raise ConflictError(f"job {job_id} is already {state.value}")
-    for target, sources in (
-        (JobState.CANCELLED, WAITING_STATES),
-        # A preempted job's ranks may still be checkpointing: it holds its slots until
-        # they have exited, like any placed job being cancelled.
-        (JobState.CANCELLING, ACTIVE_STATES | {JobState.PREEMPTED}),
-    ):
-        if transition(
-            session,
-            job_id,
-            target,
-            from_states=sources,
-            reason="cancel_requested",
-            message="cancelled by request",
-        ):
-            break
+    request_cancel(session, job_id, reason="cancel_requested", message="cancelled by request")
     session.refresh(job)
     if JobState(job.state).is_terminal() and job.state != JobState.CANCELLED:
         raise ConflictError(f"job {job_id} is already {job.state}")
