@@ -4,6 +4,7 @@ them runs (or the command list is shown): they need the SDK, the server processe
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -28,6 +29,8 @@ from ampfleet.extras import missing_packages
 if TYPE_CHECKING:
     # typer vendors click: these are the types its groups' methods take.
     from typer._click import Command, Context
+
+log = logging.getLogger("ampfleet.cli")
 
 
 @cache
@@ -135,7 +138,7 @@ def _ensure_admin_key_file() -> None:
             pepper=settings.secret_key,
         )
     write_private_text(path, key + "\n")
-    typer.echo(f"created an admin API key in {path}")
+    log.info("created an admin API key in %s", path)
 
 
 @app.command()
@@ -219,10 +222,12 @@ def up() -> None:
     children = {
         role: subprocess.Popen([sys.executable, "-m", "ampfleet.cli", role]) for role in roles
     }
-    typer.echo(
-        f"ampfleet up: API on http://{settings.api_host}:{settings.api_port} "
-        f"(database {settings.effective_database_url.split('://')[0]}, "
-        f"broker {settings.effective_broker_url.split('://')[0]}); Ctrl-C stops"
+    log.info(
+        "ampfleet up: API on http://%s:%s (database %s, broker %s); Ctrl-C stops",
+        settings.api_host,
+        settings.api_port,
+        settings.effective_database_url.split("://")[0],
+        settings.effective_broker_url.split("://")[0],
     )
     stopping = False
 
@@ -236,7 +241,7 @@ def up() -> None:
     while not stopping:
         for role, child in children.items():
             if child.poll() is not None:
-                typer.echo(f"{role} exited with {child.returncode}; stopping the others", err=True)
+                log.error("%s exited with %s; stopping the others", role, child.returncode)
                 exit_code = 1
                 stopping = True
         time.sleep(0.2)

@@ -1,5 +1,6 @@
 """Process-wide logging: one line per record, as JSON (the default) or text, naming the
-process role and, inside an HTTP request, the request id."""
+process role and, inside an HTTP request, the request id. Python's warnings (Celery's
+among them) are records too, so a JSON process writes no other kind of line."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import sys
 from datetime import UTC, datetime
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
-_STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+# uvicorn's `color_message` repeats the message with terminal colour codes, for its own
+# formatter: in a JSON line it would only be noise.
+_LEFT_OUT = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 
 
 class JsonFormatter(logging.Formatter):
@@ -29,7 +36,7 @@ class JsonFormatter(logging.Formatter):
         if (current := request_id.get()) is not None:
             entry["request_id"] = current
         # Structured fields passed as `extra=` become top-level keys.
-        entry.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
+        entry.update({k: v for k, v in record.__dict__.items() if k not in _LEFT_OUT})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
@@ -46,6 +53,7 @@ def configure_logging(role: str, level: str = "INFO", fmt: str = "json") -> None
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    logging.captureWarnings(True)
     for noisy in ("celery.worker.consumer", "celery.apps.worker", "amqp"):
         logging.getLogger(noisy).setLevel("WARNING")
     # kombu warns on every embedded-broker connection that it has no host name.
