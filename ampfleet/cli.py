@@ -72,11 +72,17 @@ def require_extra(extra: str) -> None:
         raise typer.Exit(1)
 
 
-def start_server_process(role: str) -> None:
-    """Every server command starts here: private files, then its logging."""
+def start_server_process(role: str, *, traced: bool = False) -> None:
+    """Every server command starts here: private files, then its logging, and for the
+    processes a job's trace crosses (api, scheduler, worker) its tracing, before any of
+    them opens the database."""
     settings = get_settings()
     make_process_private(settings.data_dir)
     configure_logging(role, settings.log_level, settings.log_format)
+    if traced:
+        from ampfleet.core.tracing import configure_tracing
+
+        configure_tracing(role)
 
 
 app = typer.Typer(
@@ -151,7 +157,7 @@ def api(
     import uvicorn
 
     settings = get_settings()
-    start_server_process("api")
+    start_server_process("api", traced=True)
     uvicorn.run(
         "ampfleet.api.app:create_app",
         factory=True,
@@ -169,7 +175,7 @@ def scheduler() -> None:
     from ampfleet.scheduler.loop import Scheduler
     from ampfleet.scheduler.webhook_dispatch import WebhookDispatcher
 
-    start_server_process("scheduler")
+    start_server_process("scheduler", traced=True)
     instance = Scheduler()
     dispatcher = WebhookDispatcher(get_settings())
     dispatcher.start()
@@ -189,7 +195,7 @@ def worker() -> None:
     require_extra("worker")
     from ampfleet.workers.main import run_worker
 
-    start_server_process("worker")
+    start_server_process("worker", traced=True)
     run_worker()
 
 

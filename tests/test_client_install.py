@@ -45,6 +45,7 @@ SERVER_MODULES = (
     "cryptography",
     "psutil",
     "safetensors",
+    "opentelemetry",
 )
 COMMAND_TIMEOUT_S = 120
 
