@@ -4,6 +4,7 @@ them runs (or the command list is shown): they need the SDK, the server processe
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -28,6 +29,8 @@ from ampfleet.extras import missing_packages
 if TYPE_CHECKING:
     # typer vendors click: these are the types its groups' methods take.
     from typer._click import Command, Context
+
+log = logging.getLogger("ampfleet.cli")
 
 
 @cache
@@ -69,11 +72,17 @@ def require_extra(extra: str) -> None:
         raise typer.Exit(1)
 
 
-def start_server_process(role: str) -> None:
-    """Every server command starts here: private files, then its logging."""
+def start_server_process(role: str, *, traced: bool = False) -> None:
+    """Every server command starts here: private files, then its logging, and for the
+    processes a job's trace crosses (api, scheduler, worker) its tracing, before any of
+    them opens the database."""
     settings = get_settings()
     make_process_private(settings.data_dir)
     configure_logging(role, settings.log_level, settings.log_format)
+    if traced:
+        from ampfleet.core.tracing import configure_tracing
+
+        configure_tracing(role)
 
 
 app = typer.Typer(
@@ -135,7 +144,7 @@ def _ensure_admin_key_file() -> None:
             pepper=settings.secret_key,
         )
     write_private_text(path, key + "\n")
-    typer.echo(f"created an admin API key in {path}")
+    log.info("created an admin API key in %s", path)
 
 
 @app.command()
@@ -148,7 +157,7 @@ def api(
     import uvicorn
 
     settings = get_settings()
-    start_server_process("api")
+    start_server_process("api", traced=True)
     uvicorn.run(
         "ampfleet.api.app:create_app",
         factory=True,
@@ -166,7 +175,7 @@ def scheduler() -> None:
     from ampfleet.scheduler.loop import Scheduler
     from ampfleet.scheduler.webhook_dispatch import WebhookDispatcher
 
-    start_server_process("scheduler")
+    start_server_process("scheduler", traced=True)
     instance = Scheduler()
     dispatcher = WebhookDispatcher(get_settings())
     dispatcher.start()
@@ -186,7 +195,7 @@ def worker() -> None:
     require_extra("worker")
     from ampfleet.workers.main import run_worker
 
-    start_server_process("worker")
+    start_server_process("worker", traced=True)
     run_worker()
 
 
@@ -219,10 +228,12 @@ def up() -> None:
     children = {
         role: subprocess.Popen([sys.executable, "-m", "ampfleet.cli", role]) for role in roles
     }
-    typer.echo(
-        f"ampfleet up: API on http://{settings.api_host}:{settings.api_port} "
-        f"(database {settings.effective_database_url.split('://')[0]}, "
-        f"broker {settings.effective_broker_url.split('://')[0]}); Ctrl-C stops"
+    log.info(
+        "ampfleet up: API on http://%s:%s (database %s, broker %s); Ctrl-C stops",
+        settings.api_host,
+        settings.api_port,
+        settings.effective_database_url.split("://")[0],
+        settings.effective_broker_url.split("://")[0],
     )
     stopping = False
 
@@ -236,7 +247,7 @@ def up() -> None:
     while not stopping:
         for role, child in children.items():
             if child.poll() is not None:
-                typer.echo(f"{role} exited with {child.returncode}; stopping the others", err=True)
+                log.error("%s exited with %s; stopping the others", role, child.returncode)
                 exit_code = 1
                 stopping = True
         time.sleep(0.2)

@@ -36,6 +36,7 @@ SERVER_MODULES = (
     "cryptography",
     "psutil",
     "safetensors",
+    "opentelemetry",
 )
 
 

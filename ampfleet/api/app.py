@@ -30,6 +30,7 @@ from ampfleet.api.profiles.router import router as profiles_router
 from ampfleet.api.projects.router import router as projects_router
 from ampfleet.api.queue.router import router as queue_router
 from ampfleet.api.recipes.router import router as recipes_router
+from ampfleet.api.request_traces import trace_requests
 from ampfleet.api.ui.router import mount_console
 from ampfleet.api.webhooks.router import router as webhooks_router
 from ampfleet.core.db import get_read_sessionmaker, get_sessionmaker
@@ -86,4 +87,5 @@ def create_app() -> FastAPI:
     app.include_router(webhooks_router)
     mount_console(app)
     install_openapi(app)
+    trace_requests(app)  # its span encloses every middleware: the access log line is in it
     return app

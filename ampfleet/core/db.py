@@ -8,7 +8,8 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+import sqlalchemy
+from sqlalchemy import Engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -18,8 +19,10 @@ log = logging.getLogger(__name__)
 
 
 def make_engine(url: str, *, read_only: bool = False) -> Engine:
+    # `sqlalchemy.create_engine` looked up when called: the statement tracing
+    # (core/tracing.py) wraps it at process start, after this module may have been imported.
     if url.startswith("sqlite"):
-        engine = create_engine(
+        engine = sqlalchemy.create_engine(
             url,
             connect_args={"timeout": 30, "check_same_thread": False},
             hide_parameters=True,  # see below
@@ -36,7 +39,9 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
         event.listen(engine, "begin", lambda conn: conn.exec_driver_sql(begin))
         return engine
     # SQL parameters may hold secrets (sealed ones too): errors and logs show the statement only.
-    return create_engine(url, pool_pre_ping=True, hide_parameters=True, **_pool_arguments())
+    return sqlalchemy.create_engine(
+        url, pool_pre_ping=True, hide_parameters=True, **_pool_arguments()
+    )
 
 
 def _pool_arguments() -> dict[str, Any]:

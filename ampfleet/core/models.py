@@ -81,6 +81,9 @@ class Job(Base):
     resolved: Mapped[dict[str, Any]] = mapped_column(comment="the spec with every default filled")
     idempotency_key: Mapped[str | None] = mapped_column(String(128))
     request_hash: Mapped[str | None] = mapped_column(String(64))
+    trace_context: Mapped[dict[str, Any] | None] = mapped_column(
+        comment="W3C trace context of its submit (core/tracing.py); null: not traced"
+    )
 
     state: Mapped[str] = mapped_column(String(16), index=True)
     priority: Mapped[int] = mapped_column(Integer)

@@ -7,19 +7,22 @@ as one multi-row INSERT: a few statements per pass, not per job.
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, insert, tuple_, update
 from sqlalchemy.orm import Session
 
-from ampfleet.core import counters
+from ampfleet.core import counters, tracing
 from ampfleet.core.celery_config import START_ATTEMPT
 from ampfleet.core.lifecycle import Transition, record_transitions, transition
 from ampfleet.core.models import Allocation, Job, OutboxMessage
 from ampfleet.core.states import ACTIVE_STATES, JobState
 from ampfleet.scheduler.placement import Decision, Placement, Preemption
 from ampfleet.scheduler.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
 
 
 def apply(session: Session, snapshot: Snapshot, decision: Decision) -> int:
@@ -57,7 +60,7 @@ def _place_chunk(session: Session, snapshot: Snapshot, placements: list[Placemen
             queue_position=None,
             estimated_start_at=None,
         )
-        .returning(Job.id, Job.attempt, Job.created_at, Job.project)
+        .returning(Job.id, Job.attempt, Job.created_at, Job.project, Job.trace_context)
         .execution_options(synchronize_session=False)
     ).all()
     if not moved:
@@ -66,16 +69,17 @@ def _place_chunk(session: Session, snapshot: Snapshot, placements: list[Placemen
         session,
         counters.SCHEDULING_LATENCY,
         counters.SCHEDULING_LATENCY_BUCKETS,
-        ((now - created).total_seconds() for _, attempt, created, _ in moved if attempt == 1),
+        ((now - created).total_seconds() for _, attempt, created, _, _ in moved if attempt == 1),
     )
     placed: list[Transition] = []
     allocations: list[dict[str, Any]] = []
     messages: list[dict[str, Any]] = []
-    for job_id, attempt, _, project in moved:
+    for job_id, attempt, _, project, trace_context in moved:
         placement = wanted[job_id]
         where = ", ".join(f"{node} x{slots}" for node, slots in placement.allocations)
         if placement.topology is not None:
             where += f" {placement.topology}"
+        handed_on = placement_traced(job_id, attempt, where, trace_context, snapshot)
         if placement.shape is not None:
             ranks = sum(slots for _, slots in placement.allocations)
             where += (
@@ -108,7 +112,12 @@ def _place_chunk(session: Session, snapshot: Snapshot, placements: list[Placemen
                 {
                     "queue": snapshot.node_queues[node_id],
                     "task": START_ATTEMPT,
-                    "kwargs": {"job_id": job_id, "attempt": attempt, "node_rank": node_rank},
+                    "kwargs": {
+                        "job_id": job_id,
+                        "attempt": attempt,
+                        "node_rank": node_rank,
+                        "trace_context": handed_on,
+                    },
                     "created_at": now,
                     "send_attempts": 0,
                 }
@@ -117,6 +126,25 @@ def _place_chunk(session: Session, snapshot: Snapshot, placements: list[Placemen
     session.execute(insert(Allocation), allocations)
     session.execute(insert(OutboxMessage), messages)
     return len(moved)
+
+
+def placement_traced(
+    job_id: str,
+    attempt: int,
+    where: str,
+    trace_context: dict[str, str] | None,
+    snapshot: Snapshot,
+) -> dict[str, str] | None:
+    """The placement as a span of the job's trace, from the start of the pass that made
+    it; its context, which the start messages hand on to the nodes."""
+    attributes: dict[str, str | int] = {
+        "ampfleet.job_id": job_id,
+        "ampfleet.attempt": attempt,
+        "ampfleet.nodes": where,
+    }
+    with tracing.continued("ampfleet.place", trace_context, attributes, start=snapshot.now):
+        log.info("placed %s attempt %d on %s", job_id, attempt, where)
+        return tracing.current_context()
 
 
 def _preempt(session: Session, preemptions: list[Preemption]) -> None:

@@ -37,6 +37,7 @@ from ampfleet.workers.hardware_precision import script_hardware
 from ampfleet.workers.ingest import store_setup_output
 from ampfleet.workers.initial_checkpoint import ensure_initial, for_ranks, local_folder
 from ampfleet.workers.inputs import ensure_inputs, local_paths
+from ampfleet.workers.launch_trace import LaunchTrace
 from ampfleet.workers.node import Capacity, detect_capacity
 from ampfleet.workers.rendezvous import RendezvousWaiter
 from ampfleet.workers.requirements import (
@@ -151,10 +152,31 @@ class NodeAgent:
 
     # -- start messages -------------------------------------------------------------------
 
-    def handle_start(self, job_id: str, attempt: int, node_rank: int) -> None:
-        """Claim and hand over; never waits (it runs on one of the Celery threads)."""
-        request = self._claim(job_id, attempt, node_rank)
-        if request is None or not self._code_ready(request):
+    def handle_start(
+        self,
+        job_id: str,
+        attempt: int,
+        node_rank: int,
+        trace_context: dict[str, str] | None = None,
+    ) -> None:
+        """Claim and hand over; never waits (it runs on one of the Celery threads).
+        `trace_context`: the placement's, which this launch continues (launch_trace.py)."""
+        launch = LaunchTrace.begin(
+            trace_context, job_id=job_id, attempt=attempt, node=self.node_id, node_rank=node_rank
+        )
+        try:
+            with launch.current():
+                self._start(job_id, attempt, node_rank, launch)
+        except Exception as error:
+            launch.failed(f"{type(error).__name__}: {error}")
+            raise
+
+    def _start(self, job_id: str, attempt: int, node_rank: int, launch: LaunchTrace) -> None:
+        request = self._claim(job_id, attempt, node_rank, launch)
+        if request is None:
+            launch.not_launched("stale, duplicate, or no longer wanted")
+            return
+        if not self._code_ready(request):
             return
         request = self._initial_checkpoint_ready(request)
         if request is None:
@@ -164,7 +186,9 @@ class NodeAgent:
         else:
             self.supervisor.launch(request)
 
-    def _claim(self, job_id: str, attempt: int, node_rank: int) -> LaunchRequest | None:
+    def _claim(
+        self, job_id: str, attempt: int, node_rank: int, launch: LaunchTrace | None = None
+    ) -> LaunchRequest | None:
         """Claim this node's allocation (once) and prepare the run folder; None when the
         message is stale, a duplicate, or the job was cancelled or preempted meanwhile."""
         with session_scope() as session:
@@ -221,6 +245,7 @@ class NodeAgent:
                 input_paths=tuple(brought["inputs"].values()),
                 python=brought.get("python"),
                 peers=peers,
+                trace=launch or LaunchTrace.untraced(),
             )
 
     def _peers(self, session: Session, allocations: Sequence[Allocation]) -> tuple[str, ...]:
@@ -357,6 +382,7 @@ class NodeAgent:
 
     def _fail_before_launch(self, request: LaunchRequest, reason: str, message: str) -> bool:
         log.warning("job %s: %s", request.job_id, message)
+        request.trace.failed(message)
         with session_scope() as session:
             transition(
                 session,

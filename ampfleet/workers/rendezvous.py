@@ -105,17 +105,20 @@ class RendezvousWaiter:
                     # The attempt is over, or being stopped: nothing was launched here,
                     # and nothing need be.
                     release_node_share(session, *key, request.node_rank)
+                    request.trace.not_launched("the attempt ended before its rendezvous")
                 elif row.rendezvous:
                     launch.append(replace(request, rendezvous=row.rendezvous))
                 elif now >= waiting.deadline:
+                    never = "the first node of the job never published its rendezvous endpoint"
                     requeue_or_fail(
                         session,
                         request.job_id,
                         request.attempt,
                         reason="rendezvous_timeout",
-                        message="the first node of the job never published its rendezvous endpoint",
+                        message=never,
                     )
                     release_node_share(session, *key, request.node_rank)
+                    request.trace.failed(never)
                 else:
                     continue
                 done.append(key)

@@ -57,6 +57,7 @@ from ampfleet.workers.launch import (
     rank_environment,
     torchrun_args,
 )
+from ampfleet.workers.launch_trace import LaunchTrace
 from ampfleet.workers.parent_death import PARENT_PID_VARIABLE
 from ampfleet.workers.profile_handover import hand_over_profiles
 from ampfleet.workers.rundir import RecordReader, RunDir
@@ -98,6 +99,8 @@ class LaunchRequest:
     the agent stops them (TIMED_OUT) only if they are still at it a preemption grace later."""
     script: bool = False
     """The job runs its `code.command` on every rank (script mode), not a recipe."""
+    trace: LaunchTrace = field(default_factory=LaunchTrace.untraced, kw_only=True, compare=False)
+    """This node's launch in the job's trace (launch_trace.py)."""
 
 
 @dataclass
@@ -240,9 +243,12 @@ class Supervisor:
             except queue.Empty:
                 return
             try:
-                self._running[(request.job_id, request.attempt)] = self._spawn(request)
+                with request.trace.current():
+                    self._running[(request.job_id, request.attempt)] = self._spawn(request)
+                request.trace.spawned()
             except Exception as exc:
                 log.exception("could not launch %s attempt %s", request.job_id, request.attempt)
+                request.trace.failed(f"the node could not launch the ranks: {exc}")
                 with session_scope() as session:
                     transition(
                         session,
@@ -549,6 +555,7 @@ class Supervisor:
         if job is None or job.attempt != request.attempt:
             return  # fenced out: left unread, for the next attempt to adopt what it covers
         records = attempt.reader.read_new()
+        request.trace.observe(records)
         if records:
             attempt.last_news = time.time()
             attempt.heard_from = True
@@ -594,6 +601,7 @@ class Supervisor:
         if attempt.contained is not None:
             attempt.contained.close()
         release_node_share(session, request.job_id, request.attempt, request.node_rank)
+        request.trace.ended()
 
     def _record_ending(self, session: Session, attempt: RunningAttempt) -> None:
         request = attempt.request

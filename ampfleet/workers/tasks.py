@@ -43,12 +43,19 @@ def retry_delay_s(retries: int) -> float:
     ignore_result=True,
     max_retries=START_RETRIES,
 )
-def start_attempt(self: Task, job_id: str, attempt: int, node_rank: int) -> None:
-    """Claim this node's allocation of the attempt and launch its ranks; returns at once."""
+def start_attempt(
+    self: Task,
+    job_id: str,
+    attempt: int,
+    node_rank: int,
+    trace_context: dict[str, str] | None = None,
+) -> None:
+    """Claim this node's allocation of the attempt and launch its ranks; returns at once.
+    `trace_context`: the placement's span, which the launch continues (core/tracing.py)."""
     if _agent is None:
         raise RuntimeError("start_attempt ran outside an ampfleet worker")
     try:
-        _agent.handle_start(job_id, attempt, node_rank)
+        _agent.handle_start(job_id, attempt, node_rank, trace_context)
     except Exception as error:
         if not database_unavailable(error):
             raise

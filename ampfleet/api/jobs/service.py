@@ -38,7 +38,7 @@ from ampfleet.api.jobs.schemas import (
     Volume,
 )
 from ampfleet.api.pagination import decode_cursor, encode_cursor
-from ampfleet.core import goodput
+from ampfleet.core import goodput, tracing
 from ampfleet.core.cancelling import request_cancel
 from ampfleet.core.custom_code import custom_code_allowed, custom_code_refusal
 from ampfleet.core.fleet import fits_fleet, job_request_of, matches
@@ -179,7 +179,17 @@ def earlier_submit(session: Session, spec: JobSpec, idempotency_key: str) -> Job
 
 def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tuple[Job, bool]:
     """Queue a job; returns (job, created). A repeated idempotency key returns the first job
-    (the router has looked for it already; a request racing this one is caught below)."""
+    (the router has looked for it already; a request racing this one is caught below).
+    The job's trace is the request's (core/tracing.py): the client's, or one it began."""
+    with tracing.tracer.start_as_current_span(
+        "ampfleet.submit", attributes={"ampfleet.project": spec.project}
+    ) as span:
+        job, created = _submit(session, spec, idempotency_key)
+        span.set_attributes({"ampfleet.job_id": job.id, "ampfleet.created": created})
+        return job, created
+
+
+def _submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tuple[Job, bool]:
     fingerprint = request_fingerprint(spec)
     if idempotency_key is not None:
         existing = repository.get_by_idempotency_key(session, spec.project, idempotency_key)
@@ -206,6 +216,7 @@ def submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tupl
         resolved=resolved,
         idempotency_key=idempotency_key,
         request_hash=fingerprint,
+        trace_context=tracing.current_context(),
         state=JobState.QUEUED.value,
         priority=spec.priority.rank,
         attempt=0,
