@@ -59,7 +59,7 @@ class Waste:
 def scheduler_with_the_old_rule() -> None:
     """`ampfleet scheduler` whose reaper is never told when the scheduler regained the
     database: a node's silence during the outage counts, as it did before the fix."""
-    from ampfleet import cli
+    from ampfleet.cli import servers as cli
     from ampfleet.core.settings import Settings
     from ampfleet.scheduler import loop, reaper
 
@@ -182,7 +182,7 @@ def main() -> None:
         scheduler_with_the_old_rule()
         return
     if args.scheduler == "today":
-        from ampfleet import cli
+        from ampfleet.cli import servers as cli
 
         cli.scheduler()
         return

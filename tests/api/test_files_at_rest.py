@@ -47,7 +47,7 @@ def test_a_server_process_makes_its_data_dir_and_database_private(tmp_path: Path
 
 
 def test_the_admin_key_file_is_narrowed_before_the_key_is_written(backend: str) -> None:
-    from ampfleet.cli import _ensure_admin_key_file
+    from ampfleet.cli.servers import _ensure_admin_key_file
 
     path = get_settings().data_dir / ADMIN_KEY_FILE_NAME
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
-from ampfleet import cli_plot
 from ampfleet.cli import app
+from ampfleet.cli import plot as cli_plot
 from tests.support.factories import job_spec
 from tests.support.fleet import Fleet
 from tests.support.parked import PARKED, fleet_with_parked_project

@@ -42,7 +42,7 @@ with group.make_context("ampfleet", [name, *args]) as ctx:
 print(json.dumps({
     "help": [shown.exit_code, shown.output],
     "params": {key: str(value) for key, value in params.items()},
-    "sdk": sorted(m for m in sys.modules if m.startswith(("ampfleet.sdk", "ampfleet.cli_client"))),
+    "sdk": sorted(m for m in sys.modules if m.startswith(("ampfleet.sdk", "ampfleet.cli.common"))),
 }))
 """
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import typer
 
-from ampfleet import cli_metrics
-from ampfleet.cli_plot import HEIGHT, log_axis, text_chart
+from ampfleet.cli import metrics as cli_metrics
+from ampfleet.cli.plot import HEIGHT, log_axis, text_chart
 from ampfleet.sdk.models import MetricSeries
 
 

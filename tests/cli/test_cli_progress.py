@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 from rich.progress import MofNCompleteColumn, Progress, TextColumn
 
-from ampfleet.cli_client import StepsBar
+from ampfleet.cli.common import StepsBar
 
 WIDTH = 20
 

@@ -2,7 +2,7 @@
 that runs as it is (`--script`: a training script's project), `ampfleet run-local` runs a
 spec's recipe or script on this machine with the platform's own rank entry, `ampfleet
 bundles` and `ampfleet datasets` list (and upload) what a project holds; `submit --code DIR
---data NAME=PATH` (cli_client.py) uses `bring` here."""
+--data NAME=PATH` (jobs.py) uses `bring` here."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from ampfleet.cli_client import Data, Key, Url, _client, _fail, _print_table, _stdout, _when
+from ampfleet.cli.common import Data, Key, Url, api_client, fail, print_table, stdout_console, when
 from ampfleet.sdk import Client
 from ampfleet.sdk.errors import SpecError
 from ampfleet.sdk.flows import check_before_upload, spec_mapping
@@ -39,7 +39,7 @@ def parse_data(values: list[str] | None) -> dict[str, str]:
     for value in values or []:
         name, sep, source = value.partition("=")
         if not sep or not name or not source:
-            _fail(f"--data {value!r}: give NAME=PATH (a file or folder) or NAME=dataset@version")
+            fail(f"--data {value!r}: give NAME=PATH (a file or folder) or NAME=dataset@version")
         inputs[name] = source
     return inputs
 
@@ -55,7 +55,7 @@ def upload_progress(quiet: bool) -> Iterator[Progress | None]:
         DownloadColumn(),
         TransferSpeedColumn(),
     )
-    with Progress(*columns, console=_stdout(), transient=True) as progress:
+    with Progress(*columns, console=stdout_console(), transient=True) as progress:
         yield progress
 
 
@@ -74,7 +74,7 @@ def bring(
     if code is not None and code.is_dir() and verbose:
         with tempfile.TemporaryDirectory() as scratch:
             packed = pack_folder(code, Path(scratch) / "bundle.tar.gz")
-        console = _stdout()
+        console = stdout_console()
         console.print(f"packing {escape(str(code))}: {len(packed.files)} files")
         for left_out in packed.left_out:
             console.print(f"  left out {escape(left_out)}")
@@ -121,12 +121,12 @@ def init(
 
     folder = into or Path(name)
     if folder.exists():
-        _fail(f"{folder} exists already; choose another name or --dir")
+        fail(f"{folder} exists already; choose another name or --dir")
     try:
         written = (write_script_project if script else write_project)(folder, name)
     except OSError as error:
-        _fail(f"cannot write {folder}: {error.strerror or error}")
-    console = _stdout()
+        fail(f"cannot write {folder}: {error.strerror or error}")
+    console = stdout_console()
     for path in written:
         console.print(f"wrote {escape(str(path))}")
     if script:
@@ -163,7 +163,7 @@ def run_local(
     ] = None,
 ) -> None:
     """Run a spec's recipe here with the platform's training loop, before uploading it."""
-    from ampfleet.cli import require_extra
+    from ampfleet.cli.server_extras import require_extra
 
     require_extra("worker")
     from ampfleet.workers import local_run
@@ -171,17 +171,17 @@ def run_local(
     inputs = parse_data(data)
     missing = [f"{n}={p}" for n, p in inputs.items() if not Path(p).exists()]
     if missing:
-        _fail(f"--data {', '.join(missing)}: run-local reads local files and folders only")
+        fail(f"--data {', '.join(missing)}: run-local reads local files and folders only")
     if code is not None and not code.is_dir():
-        _fail(f"--code {code}: not a folder")
+        fail(f"--code {code}: not a folder")
     try:
         raw = spec_mapping(spec)
         if raw.get("code") and code is None:
-            _fail("the spec runs bundled code: give its folder with --code")
+            fail("the spec runs bundled code: give its folder with --code")
         job_spec = check_before_upload(raw, code is not None)
     except SpecError as error:  # its message names the fields
-        _fail(error.message)
-    console = _stdout()
+        fail(error.message)
+    console = stdout_console()
     with _run_folder(keep) as root:
         run_dir = local_run.prepare(
             job_spec,
@@ -228,16 +228,16 @@ def bundles(
     key: Key = None,
 ) -> None:
     """The project's code bundles (with --upload, upload one first)."""
-    with _client(url, key) as client:
+    with api_client(url, key) as client:
         if upload is not None:
             bundle = client.upload_bundle(upload, project)
-            _stdout().print(f"bundle [bold]{bundle.id}[/bold] ({bundle.file_count} files)")
+            stdout_console().print(f"bundle [bold]{bundle.id}[/bold] ({bundle.file_count} files)")
         listed = client.bundles(project)
     rows = [
-        (b.id, b.format, f"{b.file_count}", f"{b.size:,}", b.sha256[:12], _when(b.created_at))
+        (b.id, b.format, f"{b.file_count}", f"{b.size:,}", b.sha256[:12], when(b.created_at))
         for b in listed
     ]
-    _print_table(
+    print_table(
         ["id", "format", "files", "bytes", "sha256", "created"],
         rows,
         "no bundles (upload one with --upload DIR, or submit --code DIR)",
@@ -255,10 +255,10 @@ def datasets(
     key: Key = None,
 ) -> None:
     """The project's datasets, newest version first (with --upload, upload one first)."""
-    with _client(url, key) as client:
+    with api_client(url, key) as client:
         for dataset_name, source in parse_data([upload] if upload else []).items():
             dataset = client.upload_dataset(dataset_name, source, project)
-            _stdout().print(f"dataset [bold]{dataset.ref}[/bold] ({dataset.id})")
+            stdout_console().print(f"dataset [bold]{dataset.ref}[/bold] ({dataset.id})")
         listed = client.datasets(name, project)
     rows = [
         (
@@ -267,11 +267,11 @@ def datasets(
             d.format,
             f"{d.file_count}",
             f"{d.size:,}",
-            _when(d.created_at),
+            when(d.created_at),
         )
         for d in listed
     ]
-    _print_table(
+    print_table(
         ["dataset", "id", "format", "files", "bytes", "created"],
         rows,
         "no datasets (upload one with --upload NAME=PATH, or submit --data NAME=PATH)",

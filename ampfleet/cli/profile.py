@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from ampfleet.cli_artifacts import progress_bars
-from ampfleet.cli_client import JobId, Key, Url, _client, _fail, _stdout
+from ampfleet.cli.artifacts import progress_bars
+from ampfleet.cli.common import JobId, Key, Url, api_client, fail, stdout_console
 from ampfleet.core.profile_states import MAX_STEPS, ProfileState
 from ampfleet.sdk import Profile
 
@@ -95,8 +95,8 @@ def profile(
     rank and a summary: time by phase, top operators, compute/communication overlap), wait,
     download them into DIR/profiles/<id>/ and print the summary."""
     wanted = _ranks(ranks)
-    console = _stdout()
-    with _client(url, key) as client:
+    console = stdout_console()
+    with api_client(url, key) as client:
         asked = client.profile(job_id, steps=steps, ranks=wanted, record_shapes=record_shapes)
         console.print(
             f"{asked.id}: {steps} steps on "
@@ -115,9 +115,9 @@ def profile(
             done = client.wait_profile(job_id, asked.id, timeout=timeout, on_poll=show)
         except KeyboardInterrupt:
             client.cancel_profile(job_id)
-            _fail(f"interrupted: profile {asked.id} is cancelled")
+            fail(f"interrupted: profile {asked.id} is cancelled")
         if done.state is not ProfileState.DONE:
-            _fail(f"profile {done.id} {done.state.value}: {done.reason or 'no reason given'}")
+            fail(f"profile {done.id} {done.state.value}: {done.reason or 'no reason given'}")
         with progress_bars(console) as bars:
             paths = client.download_profile(job_id, done.id, to=to, progress=bars)
     for line in summary_lines(done.summary or {}):

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from ampfleet.cli_client import Key, Url, _client, _print_table, _stdout
+from ampfleet.cli.common import Key, Url, api_client, print_table, stdout_console
 from ampfleet.sdk.models import Recipe
 
 PANEL = "Use the API"
@@ -60,11 +60,11 @@ def _print_list(listed: list[Recipe]) -> None:
         )
         for r in listed
     ]
-    _print_table(("NAME", "DESCRIPTION", "PARAMETERS", "RANK MB"), rows, "no recipes installed")
+    print_table(("NAME", "DESCRIPTION", "PARAMETERS", "RANK MB"), rows, "no recipes installed")
 
 
 def _print_hyperparameters(recipe: Recipe) -> None:
-    _stdout().print(f"[bold]{escape(recipe.name)}[/bold]: {escape(recipe.description)}")
+    stdout_console().print(f"[bold]{escape(recipe.name)}[/bold]: {escape(recipe.description)}")
     properties: dict[str, dict[str, Any]] = recipe.hyperparameters.get("properties", {})
     rows = [
         (
@@ -76,7 +76,7 @@ def _print_hyperparameters(recipe: Recipe) -> None:
         )
         for field, schema in properties.items()
     ]
-    _print_table(
+    print_table(
         ("HYPERPARAMETER", "TYPE", "DEFAULT", "BOUNDS", "DESCRIPTION"), rows, "no hyperparameters"
     )
 
@@ -91,7 +91,7 @@ def recipes(
 ) -> None:
     """The installed recipes (name, description, default size), or one recipe's
     hyperparameters (name, type, default, bounds, description)."""
-    with _client(url, key) as client:
+    with api_client(url, key) as client:
         if name is None:
             _print_list(client.recipes())
         else:

@@ -11,16 +11,16 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ampfleet import cli_plot
-from ampfleet.cli_client import (
+from ampfleet.cli import plot as charts
+from ampfleet.cli.common import (
     JobId,
     Key,
     Url,
-    _best,
-    _client,
-    _number,
-    _print_table,
-    _stdout,
+    api_client,
+    best_of,
+    number,
+    print_table,
+    stdout_console,
 )
 from ampfleet.sdk import MetricSeries
 
@@ -32,14 +32,14 @@ def _summary(series: list[MetricSeries]) -> None:
         (
             one.name,
             str(one.summary.count),
-            _number(one.summary.last, ".4g"),
+            number(one.summary.last, ".4g"),
             f"{one.summary.min:.4g}",
             f"{one.summary.max:.4g}",
-            _best(one),
+            best_of(one),
         )
         for one in series
     ]
-    _print_table(("METRIC", "POINTS", "LAST", "MIN", "MAX", "BEST"), rows, "no metrics")
+    print_table(("METRIC", "POINTS", "LAST", "MIN", "MAX", "BEST"), rows, "no metrics")
 
 
 def _plot_target(value: str | None) -> str | None:
@@ -86,9 +86,9 @@ def metrics(
 ) -> None:
     """A summary of each metric series; with --plot, their curves (one chart each)."""
     wanted = ",".join(names) if names else (None if plot is None else "loss,val_loss")
-    with _client(url, key) as client:
+    with api_client(url, key) as client:
         series = client.metrics(job_id, names=wanted, max_points=max_points).series
-        console = _stdout()
+        console = stdout_console()
         if not series:
             console.print(f"no metrics for {job_id}" + (f" named {wanted}" if wanted else ""))
             raise typer.Exit(1 if plot else 0)
@@ -96,7 +96,7 @@ def metrics(
             _summary(series)
         elif plot == "-":
             for one in series:
-                typer.echo(cli_plot.text_chart(one, log=log))
+                typer.echo(charts.text_chart(one, log=log))
         else:
             _save_png(series, Path(plot), job_id, log)
             console.print(f"wrote {plot}")
@@ -104,9 +104,9 @@ def metrics(
 
 def diagnose(job_id: JobId, url: Url = None, key: Key = None) -> None:
     """Why the job's accelerators idle: where its steps' time goes, and what to change."""
-    with _client(url, key) as client:
+    with api_client(url, key) as client:
         diagnosis = client.diagnosis(job_id)
-    console = _stdout()
+    console = stdout_console()
     breakdown = diagnosis.breakdown
     if not breakdown.steps:
         console.print(f"{job_id} has reported no steps yet: nothing to diagnose")
@@ -115,7 +115,7 @@ def diagnose(job_id: JobId, url: Url = None, key: Key = None) -> None:
     mfu = f", MFU {breakdown.mfu:.1%}" if breakdown.mfu is not None else ""
     console.print(
         f"last {breakdown.steps} steps to step {breakdown.to_step}: "
-        f"{_number(breakdown.step_time_s, '.3f')} s per step ({shares}){mfu}"
+        f"{number(breakdown.step_time_s, '.3f')} s per step ({shares}){mfu}"
     )
     if not diagnosis.findings:
         console.print("no findings: nothing keeps the devices waiting")
@@ -127,7 +127,7 @@ def diagnose(job_id: JobId, url: Url = None, key: Key = None) -> None:
 
 def _save_png(series: list[MetricSeries], path: Path, title: str, log: bool | None) -> None:
     try:
-        cli_plot.png_chart(series, path, title, log=log)
+        charts.png_chart(series, path, title, log=log)
     except ImportError:
         # Escaped: rich would take `[plot]` for markup and print `ampfleet` alone.
         hint = escape("pip install 'ampfleet[plot]'")

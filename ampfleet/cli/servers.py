@@ -1,6 +1,7 @@
-"""`ampfleet`: run the processes (api, scheduler, worker, up) and manage the database; the
-API's user commands (submit, status, ...) come from cli_client.py, loaded only when one of
-them runs (or the command list is shown): they need the SDK, the server processes do not."""
+"""`ampfleet api|scheduler|worker|up|migrate|bootstrap-key|doctor`: run the processes and
+manage the database; the API's user commands (submit, status, ...) come from
+client_commands.py, loaded only when one of them runs (or the command list is shown): they
+need the SDK, the server processes do not."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ import typer
 import typer.main
 from typer.core import TyperGroup
 
+from ampfleet.cli.server_extras import require_extra
 from ampfleet.core.logs import configure_logging
 from ampfleet.core.private_files import make_process_private, write_private_text
 from ampfleet.core.project_names import project_name_problem
 from ampfleet.core.roles import Role
 from ampfleet.core.settings import ADMIN_KEY_FILE_NAME, get_settings
-from ampfleet.extras import missing_packages
 
 if TYPE_CHECKING:
     # typer vendors click: these are the types its groups' methods take.
@@ -35,7 +36,7 @@ log = logging.getLogger("ampfleet.cli")
 
 @cache
 def client_commands() -> Mapping[str, Command]:
-    from ampfleet.cli_client import register
+    from ampfleet.cli.client_commands import register
 
     client_app = typer.Typer()
     register(client_app)
@@ -43,7 +44,7 @@ def client_commands() -> Mapping[str, Command]:
 
 
 class _Commands(TyperGroup):
-    """The server commands, and the client commands (cli_client.py, which imports the SDK)
+    """The server commands, and the client commands (client_commands.py, which imports the SDK)
     added only when something else is asked for: one of them, the list of commands, a
     mistyped name to suggest one for. So `ampfleet api` never imports the SDK."""
 
@@ -57,19 +58,6 @@ class _Commands(TyperGroup):
         if not args or args[0] not in self.commands:
             self.commands.update(client_commands())
         return super().resolve_command(ctx, args)
-
-
-def require_extra(extra: str) -> None:
-    """A server command's first step: the packages of its extra are installed (a client-only
-    `pip install ampfleet` has none), or one line says which extra to install, and exit 1."""
-    missing = missing_packages(extra)
-    if missing:
-        typer.echo(
-            f"error: this command needs the server packages of ampfleet[{extra}] "
-            f"(missing: {', '.join(missing)}); install them with: pip install 'ampfleet[{extra}]'",
-            err=True,
-        )
-        raise typer.Exit(1)
 
 
 def start_server_process(role: str, *, traced: bool = False) -> None:

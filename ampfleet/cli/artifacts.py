@@ -23,7 +23,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from ampfleet.cli_client import JobId, Key, Url, _client, _print_table, _stdout, _when
+from ampfleet.cli.common import JobId, Key, Url, api_client, print_table, stdout_console, when
 from ampfleet.sdk.downloads import ProgressCallback
 
 PANEL = "Use the API"
@@ -31,7 +31,7 @@ PANEL = "Use the API"
 
 def artifacts(job_id: JobId, url: Url = None, key: Key = None) -> None:
     """Everything a job produced (model, manifest, checkpoints, outputs), as a table."""
-    with _client(url, key) as client:
+    with api_client(url, key) as client:
         listed = client.artifacts(job_id)
     rows = [
         (
@@ -40,11 +40,11 @@ def artifacts(job_id: JobId, url: Url = None, key: Key = None) -> None:
             f"{a.size:,}",
             "" if a.step is None else str(a.step),
             a.sha256[:12],
-            _when(a.created_at, short=True),
+            when(a.created_at, short=True),
         )
         for a in listed
     ]
-    _print_table(("NAME", "KIND", "BYTES", "STEP", "SHA256", "CREATED"), rows, "no artifacts yet")
+    print_table(("NAME", "KIND", "BYTES", "STEP", "SHA256", "CREATED"), rows, "no artifacts yet")
 
 
 def download(
@@ -61,8 +61,8 @@ def download(
 ) -> None:
     """Download the model (model.safetensors + manifest.json), any artifact (--name) or a
     checkpoint (--checkpoint STEP); verified by sha256, resumed if run again."""
-    console = _stdout()
-    with _client(url, key) as client, progress_bars(console) as show:
+    console = stdout_console()
+    with api_client(url, key) as client, progress_bars(console) as show:
         if checkpoint is not None:
             paths = [client.download_checkpoint(job_id, checkpoint, to=to, progress=show)]
         else:

@@ -1,0 +1,3 @@
+from ampfleet.cli import main
+
+main()
