@@ -293,6 +293,7 @@ class Supervisor:
     ) -> RunningAttempt:
         run_dir = request.run_dir
         contained = self._contain(request) if contained_code else None
+        launched_at = time.time()
         try:
             process = subprocess.Popen(
                 command
@@ -326,7 +327,9 @@ class Supervisor:
         log.info("launched %s attempt %s (pid %s)", request.job_id, request.attempt, process.pid)
         telemetry = RankTelemetry(process.pid, self.settings.telemetry_interval_s, self.nvml)
         reader = RecordReader(run_dir.events_file)
-        return RunningAttempt(request, process, launcher_log, reader, telemetry, contained, gpus)
+        attempt = RunningAttempt(request, process, launcher_log, reader, telemetry, contained, gpus)
+        attempt.feed.launched_at = launched_at
+        return attempt
 
     def _contain(self, request: LaunchRequest) -> Contained:
         return Contained.prepare(
