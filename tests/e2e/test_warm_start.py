@@ -9,21 +9,17 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ampfleet.workers.local_launcher import WARM_TITLE
 from ampfleet.workers.process_title import rank_of_title
 from tests.support.factories import job_spec
-from tests.support.fleet import Fleet, FleetFactory, rank_processes
+from tests.support.fleet import Fleet, FleetFactory, rank_processes, warm_launcher_ready
 
 pytestmark = pytest.mark.e2e
 
 SEEDED = {"seed": 7, "stop": {"max_steps": 12}, "log_every_steps": 1, "precision": "fp32"}
 
 
-def warm_launcher_ready() -> bool:
-    for process in psutil.process_iter(["cmdline"]):
-        if " ".join(process.info["cmdline"] or []).startswith(f"{WARM_TITLE}, ready"):
-            return True
-    return False
+def wait_until_warm(fleet: Fleet) -> None:
+    fleet.wait_until(lambda: warm_launcher_ready(fleet), timeout=120, what="a warm launcher")
 
 
 def started_warm(fleet: Fleet, job_id: str) -> bool:
@@ -39,7 +35,9 @@ def losses(fleet: Fleet, job_id: str) -> list[tuple[int, float]]:
 
 def run_seeded(fleet: Fleet, *, warm: bool) -> tuple[list[tuple[int, float]], str]:
     if warm:
-        fleet.wait_until(warm_launcher_ready, timeout=120, what="a warm launcher, imported")
+        fleet.wait_until(
+            lambda: warm_launcher_ready(fleet), timeout=120, what="a warm launcher, imported"
+        )
     job = fleet.submit(job_spec(**SEEDED))
     fleet.wait_for_state(job["id"], {"SUCCEEDED"})
     (event,) = [e for e in fleet.events(job["id"]) if e["reason"] == "start_phases"]
@@ -58,7 +56,9 @@ def test_a_warm_start_trains_bit_for_bit_as_a_cold_one(make_fleet: FleetFactory)
 
 
 def test_warm_ranks_hold_only_their_own_and_stop_on_cancel(fleet: Fleet) -> None:
-    fleet.wait_until(warm_launcher_ready, timeout=120, what="a warm launcher, imported")
+    fleet.wait_until(
+        lambda: warm_launcher_ready(fleet), timeout=120, what="a warm launcher, imported"
+    )
     job = fleet.submit(job_spec(stop={"max_steps": 5_000_000}, log_every_steps=50))
     fleet.wait_for_state(job["id"], {"RUNNING"})
     fleet.wait_until(
