@@ -185,6 +185,14 @@ class Settings(BaseSettings):
         description="Bytes of Python source (.py files) a bundle may hold: the API compiles "
         "each on upload; more get 422 (vendored packages belong in code.requirements).",
     )
+    rank_launcher: Literal["warm", "local", "torchrun"] = Field(
+        "warm",
+        description="How a single-node attempt of a built-in or installed recipe starts its "
+        "ranks: 'warm' forks them from a launcher that imported torch and the training stack "
+        "ahead of the attempt (one kept ready per node; cold as 'local' when none is); "
+        "'local' spawns fresh interpreters without torchrun; 'torchrun' as every other "
+        "attempt (bundled code, scripts, several nodes) always does.",
+    )
     sandbox: Literal["bubblewrap", "none"] = Field(
         "bubblewrap",
         description="What contains ranks that run bundled code (where bwrap cannot run, "

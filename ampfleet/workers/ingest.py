@@ -21,6 +21,7 @@ from ampfleet.core.lifecycle import record_event, transition
 from ampfleet.core.models import Job, LogLine, Metric, Profile, utcnow
 from ampfleet.core.settings import Settings, get_settings
 from ampfleet.core.states import JobState
+from ampfleet.workers import start_phases
 from ampfleet.workers.records import SCRIPT_OWNED, Rejected
 from ampfleet.workers.rundir import ForwardedOffsets, LineTail, RecordReader, RunDir
 from ampfleet.workers.series import Point, Points, delete_after, not_stored
@@ -58,6 +59,9 @@ class AttemptFeed:
         """`artifact` records read: the uploader takes them once the pass committed."""
         self.rejections = 0
         """Records of this attempt rejected so far (events name the first few)."""
+        self.launched_at: float | None = None
+        """When this node's agent launched the ranks (wall clock): where their start
+        began, for the `start_phases` event; unknown for a folder it took over."""
 
     def new_log_lines(self) -> list[tuple[int, str, bytes]]:
         lines = []
@@ -123,6 +127,9 @@ def apply_records(
         elif kind == "setup":
             job.precision = record["precision"]
             job.allreduce_dtype = record["allreduce_dtype"]
+        elif kind == "start_phases":
+            message = start_phases.describe(record["ends"], record["warm"], feed.launched_at)
+            record_event(session, job, "start_phases", message)
     if store_points(session, job, attempt, points.items(), settings):
         job.latest_metrics = latest
     apply_profile_reports(session, job, [r for r in records if r.get("kind") == "profile"])

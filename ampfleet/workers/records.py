@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ampfleet.core.artifact_names import MAX_NAME_LENGTH, NAME_PATTERN
 from ampfleet.core.ids import PROFILE_ID_PREFIX, id_pattern
+from ampfleet.workers.start_phases import PHASE_PATTERN, PHASES
 
 MAX_RECORD_BYTES = 256 << 10
 """One line: a metrics record of a few hundred values fits many times over."""
@@ -144,6 +145,19 @@ class Profile(_Record):
     reason: Message | None = None
 
 
+class StartPhases(_Record):
+    kind: Literal["start_phases"]
+    warm: bool
+    ends: Annotated[
+        dict[
+            Annotated[str, Field(pattern=PHASE_PATTERN)],
+            Annotated[float, Field(ge=0, allow_inf_nan=False)],
+        ],
+        Field(max_length=len(PHASES)),
+    ]
+    """When each phase ended, wall-clock seconds (workers/start_phases.py)."""
+
+
 class Finished(_Record):
     kind: Literal["finished"]
 
@@ -159,6 +173,7 @@ AnyRecord = Annotated[
     | Compute
     | Artifact
     | Profile
+    | StartPhases
     | Finished,
     Field(discriminator="kind"),
 ]

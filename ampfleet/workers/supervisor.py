@@ -58,12 +58,14 @@ from ampfleet.workers.launch import (
     torchrun_args,
 )
 from ampfleet.workers.launch_trace import LaunchTrace
+from ampfleet.workers.local_launcher import Launch
 from ampfleet.workers.parent_death import PARENT_PID_VARIABLE
 from ampfleet.workers.profile_handover import hand_over_profiles
 from ampfleet.workers.rundir import RecordReader, RunDir
 from ampfleet.workers.telemetry import Nvml, RankTelemetry, node_totals
 from ampfleet.workers.training.entry import STACKS_SIGNAL
 from ampfleet.workers.uploads import ArtifactUploader
+from ampfleet.workers.warm_pool import WarmPool, hand_over, start_launcher
 
 log = logging.getLogger(__name__)
 CAREFUL_AFTER_FAILED_PASSES = 2
@@ -176,6 +178,7 @@ class Supervisor:
         self._last_sync = 0.0
         self.uploads = ArtifactUploader(settings)
         self.nvml = Nvml.open()
+        self.warm = WarmPool(settings.data_dir.resolve() / "warm-launcher.log")
 
     def start(self) -> None:
         self._clear_stale_egress()
@@ -218,6 +221,7 @@ class Supervisor:
             time.sleep(0.1)
         self._stop.set()
         self._thread.join(timeout=10)
+        self.warm.close()
         self.uploads.stop(timeout=10)
 
     # -- the loop -------------------------------------------------------------------------
@@ -226,6 +230,7 @@ class Supervisor:
         while not self._stop.is_set():
             try:
                 self._launch_pending()
+                self._fill_warm_pool()
                 due = time.monotonic() - self._last_sync >= self.settings.metrics_flush_s
                 if due or self._newly_exited():
                     self._sync()
@@ -299,30 +304,32 @@ class Supervisor:
     ) -> RunningAttempt:
         run_dir = request.run_dir
         contained = self._contain(request) if contained_code else None
+        env = {
+            **self._rank_environment(request.procs_per_node),
+            **(_visible(gpus) if gpus else {}),
+            **(contained.environment() if contained else {}),
+        }
+        if contained is not None:  # inside the sandbox's PID namespace the worker has no pid
+            del env[PARENT_PID_VARIABLE]
+        launched_at = time.time()
         try:
-            process = subprocess.Popen(
-                command
-                if contained is None
-                else self._sandboxed(command, request, contained, gpus),
-                # bwrap would die of the preemption signal; the launcher and ranks set their own.
-                preexec_fn=contained.enter if contained else None,  # noqa: PLW1509
-                pass_fds=contained.pass_fds if contained else (),
-                stdout=launcher_log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own process group: cancel signals every rank
-                env={
-                    **rank_environment(
-                        os.environ,
-                        procs_per_node=request.procs_per_node,
-                        node_address=self.settings.node_address,
-                    ),
-                    **(_visible(gpus) if gpus else {}),
-                    **(contained.environment() if contained else {}),
-                    # Outside the sandbox's PID namespace the launcher can check it is ours.
-                    **({} if contained else {PARENT_PID_VARIABLE: str(os.getpid())}),
-                },
-            )
+            if contained is None and self._launches_locally(request):
+                process = self._launch_locally(request, env, launcher_log)
+            else:
+                process = subprocess.Popen(
+                    command
+                    if contained is None
+                    else self._sandboxed(command, request, contained, gpus),
+                    # bwrap would die of the preemption signal; the launcher and ranks set
+                    # their own.
+                    preexec_fn=contained.enter if contained else None,  # noqa: PLW1509
+                    pass_fds=contained.pass_fds if contained else (),
+                    stdout=launcher_log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # its own process group: cancel signals every rank
+                    env=env,
+                )
         except BaseException:
             if contained is not None:
                 contained.close()
@@ -332,7 +339,56 @@ class Supervisor:
         log.info("launched %s attempt %s (pid %s)", request.job_id, request.attempt, process.pid)
         telemetry = RankTelemetry(process.pid, self.settings.telemetry_interval_s, self.nvml)
         reader = RecordReader(run_dir.events_file)
-        return RunningAttempt(request, process, launcher_log, reader, telemetry, contained, gpus)
+        attempt = RunningAttempt(request, process, launcher_log, reader, telemetry, contained, gpus)
+        attempt.feed.launched_at = launched_at
+        return attempt
+
+    def _rank_environment(self, procs_per_node: int) -> dict[str, str]:
+        """What a launcher and its ranks get from this worker; outside a sandbox the
+        launcher can check that its parent is this process."""
+        return {
+            **rank_environment(
+                os.environ, procs_per_node=procs_per_node, node_address=self.settings.node_address
+            ),
+            PARENT_PID_VARIABLE: str(os.getpid()),
+        }
+
+    def _launches_locally(self, request: LaunchRequest) -> bool:
+        """Single-node attempts of installed recipes start without torchrun (warm_pool.py
+        says why only those)."""
+        return (
+            self.settings.rank_launcher != "torchrun"
+            and request.nnodes == 1
+            and request.code_dir is None
+            and request.python is None
+            and not request.script
+        )
+
+    def _launch_locally(
+        self, request: LaunchRequest, env: dict[str, str], launcher_log: IO[bytes]
+    ) -> subprocess.Popen[bytes]:
+        launch = Launch(
+            run_dir=str(request.run_dir.path),
+            procs=request.procs_per_node,
+            entry=RECIPE_RANK,
+            environment=env,
+            memory_limit_mb=self.rank_memory_limit_mb,
+            log=str(request.run_dir.logs_dir / "launcher.log"),
+        )
+        warm = self.warm.take() if self.settings.rank_launcher == "warm" else None
+        if warm is None:
+            return start_launcher(launch, stdout=launcher_log, env=env)
+        hand_over(warm, launch)
+        return warm
+
+    def _fill_warm_pool(self) -> None:
+        """A warm launcher for the next attempt, once no attempt here is still starting
+        (its imports would compete with theirs) and none waits to be launched."""
+        if self.settings.rank_launcher != "warm" or not self._requests.empty():
+            return
+        if any(not a.heard_from and a.process.poll() is None for a in self._running.values()):
+            return
+        self.warm.fill(self._rank_environment(procs_per_node=1))
 
     def _contain(self, request: LaunchRequest) -> Contained:
         return Contained.prepare(

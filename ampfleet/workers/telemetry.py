@@ -24,6 +24,7 @@ from typing import Any
 
 import psutil
 
+from ampfleet.workers.process_title import rank_of_title
 from ampfleet.workers.series import Point
 
 log = logging.getLogger(__name__)
@@ -181,8 +182,12 @@ class RankTelemetry:
         for child in children:
             try:
                 rank = child.environ().get("RANK")
+                # A rank forked from a warm launcher has its number in its title only.
+                titled = rank_of_title(child.cmdline()) if rank is None else None
                 tree = [child, *child.children(recursive=True)]
             except psutil.Error:
                 continue
             if rank is not None and rank.isdigit():
                 yield int(rank), tree
+            elif titled is not None:
+                yield titled, tree

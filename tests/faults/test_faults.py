@@ -15,6 +15,7 @@ from sqlalchemy import create_engine, func, select
 
 from ampfleet.core.models import Allocation, JobEvent, OutboxMessage
 from ampfleet.workers.heartbeat import PHASES
+from ampfleet.workers.process_title import rank_of_title
 from tests.faults.reported import count_reported
 from tests.support.env import environment
 from tests.support.factories import job_spec
@@ -207,9 +208,12 @@ def _rank_pid(job_id: str, rank: int) -> int:
     for pid in rank_processes(job_id):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            title = Path(f"/proc/{pid}/cmdline").read_text().split()
         except OSError:
             continue
         if f"RANK={rank}".encode() in environ and b"LOCAL_WORLD_SIZE=2" in environ:
+            return pid
+        if rank_of_title(title) == rank:  # forked from a warm launcher: its title says
             return pid
     raise AssertionError(f"rank {rank} of {job_id} not found")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import redis
 
 from tests.support.env import fresh_postgres_database
@@ -294,3 +296,25 @@ def transitions(fleet: Fleet, job_id: str) -> list[tuple[str | None, str, str]]:
         for e in fleet.events(job_id)
         if e["kind"] == "transition"
     ]
+
+
+def start_phases(fleet: Fleet, job_id: str) -> list[dict[str, float]]:
+    """Each start_phases event of the job, as seconds per phase (from its message)."""
+    found = []
+    for event in fleet.events(job_id):
+        if event["reason"] == "start_phases":
+            pairs = re.findall(r"([a-z][a-z ]*?) (\d+\.\d+) s", event["message"].split(": ")[1])
+            found.append({name: float(seconds) for name, seconds in pairs})
+    return found
+
+
+def warm_launcher_ready(fleet: Fleet, node: str = "node-a") -> bool:
+    """Whether the node's worker holds a warm launcher that finished its imports."""
+    from ampfleet.workers.local_launcher import WARM_TITLE
+
+    worker = fleet.processes[f"worker-{node}"].pid
+    for child in psutil.Process(worker).children():
+        with contextlib.suppress(psutil.Error):
+            if " ".join(child.cmdline()).startswith(f"{WARM_TITLE}, ready"):
+                return True
+    return False

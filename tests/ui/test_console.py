@@ -242,6 +242,11 @@ def test_job_page_follows_a_run_to_success_with_live_charts(
     expect(page.locator("#allreduce")).to_have_attribute("data-saved-percent", "50.0")
     expect(page.locator("#logs .log-line").first).to_be_visible()
     expect(page.locator("#cancel-job")).to_be_hidden()  # an ended job has nothing to cancel
+    # Where the start went, launch to first step, from its start_phases event.
+    start = page.locator("#job-start")
+    for phase in ("launch", "interpreter", "imports", "rendezvous", "model build", "first step"):
+        expect(start).to_contain_text(f"{phase} ")
+    expect(start).to_contain_text("(attempt 1)")
 
     # The loss on a log axis unless unticked; each chart says which steps it shows.
     expect(page.locator("#chart-loss svg")).to_have_attribute("data-scale", "log")

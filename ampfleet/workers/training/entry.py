@@ -31,6 +31,7 @@ from ampfleet.workers.parent_death import die_with_parent
 from ampfleet.workers.rank_memory import out_of_memory
 from ampfleet.workers.rank_output import capture_output
 from ampfleet.workers.rundir import RunDir
+from ampfleet.workers.start_phases import StartClock
 from ampfleet.workers.training.bundled import bundled_recipe
 
 
@@ -116,7 +117,10 @@ def watch_for_preemption() -> None:
     signal.signal(signal.SIGUSR1, lambda _signum, _frame: PREEMPT.set())
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], *, warm: bool = False) -> int:
+    """`warm`: forked by a warm launcher (workers/warm_launcher.py) with torch and the
+    training stack imported, rather than started as an interpreter of its own."""
+    clock = StartClock.at_entry(warm=warm)
     die_with_parent()
     watch_for_preemption()
     run_dir = RunDir(Path(argv[1]))
@@ -133,6 +137,8 @@ def main(argv: list[str]) -> int:
     from ampfleet.workers.training.group import leave_process_group
     from ampfleet.workers.training.rank import RankPlace, train
 
+    clock.mark("imports")
+
     place = RankPlace(
         rank=rank,
         world_size=int(os.environ["WORLD_SIZE"]),
@@ -141,7 +147,14 @@ def main(argv: list[str]) -> int:
     )
     completed = False
     try:
-        train(run_dir, resolved, place, started=time.monotonic(), stop_requested=PREEMPT.is_set)
+        train(
+            run_dir,
+            resolved,
+            place,
+            started=time.monotonic(),
+            stop_requested=PREEMPT.is_set,
+            clock=clock,
+        )
         completed = True
         return 0
     except Exception as exc:

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from ampfleet.core.accounting import AttemptClock
 from ampfleet.workers.heartbeat import Heartbeat, heartbeat_file
 from ampfleet.workers.rundir import RecordWriter, RunDir
+from ampfleet.workers.start_phases import StartClock
 from ampfleet.workers.stored_checkpoints import Stored
 from ampfleet.workers.training import checkpoint
 from ampfleet.workers.training.allreduce import AllReduceState
@@ -137,8 +138,11 @@ class Trainer:
         cfg: LoopConfig,
         writer: RecordWriter | None,
         stop_requested: Callable[[], bool] | None = None,
+        start: StartClock | None = None,
     ) -> None:
         self.task = task
+        self.start = start
+        """The start's phases, until rank 0 reported them after the first step."""
         self.stop_requested = stop_requested or (lambda: False)
         self.cfg = cfg
         self.writer = writer
@@ -295,6 +299,8 @@ class Trainer:
             f"{self._planned()} from step {self.step}",
             flush=True,
         )
+        if self.start is not None:
+            self.start.mark("model_build")
         last: dict[str, float] = {}
         while self.total_steps is None or self.step < self.total_steps:
             try:
@@ -306,6 +312,7 @@ class Trainer:
             if metrics:
                 last = metrics
                 self.record_usage()
+            self._report_start()
             self._after_step()
             if self.step % STOP_CHECK_EVERY != 0:
                 continue
@@ -646,6 +653,13 @@ class Trainer:
     def record_usage(self) -> None:
         """Where this attempt's time went so far (goodput), with the progress records."""
         self._record("usage", **self.clock.record(self.step))
+
+    def _report_start(self) -> None:
+        """After the first step of the attempt: where its start went (start_phases.py)."""
+        if self.start is not None:
+            self.start.mark("first_step")
+            self._record("start_phases", **self.start.record())
+            self.start = None
 
     def _record(self, kind: str, **fields: Any) -> None:
         if self.writer is not None:

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from ampfleet.core.spec import Stop
 from ampfleet.workers.rundir import RecordWriter, RunDir
+from ampfleet.workers.start_phases import StartClock
 from ampfleet.workers.training.export import RunSummary, export_run
 from ampfleet.workers.training.group import nodes_of_ranks
 from ampfleet.workers.training.initial import Initial
@@ -68,7 +69,10 @@ def train(
     *,
     started: float,
     stop_requested: Callable[[], bool],
+    clock: StartClock | None = None,
 ) -> None:
+    """`clock`: the start's phases so far; the rendezvous is noted here, the rest by the
+    loop (rank 0 reports them after its first step)."""
     job, spec, recipe = resolved.job, resolved.spec, resolved.recipe
     rank, world_size = place.rank, place.world_size
     device, backend = pick_device(spec.resources.accelerator, place.local_rank)
@@ -77,6 +81,8 @@ def train(
         timeout=timedelta(seconds=job["process_group_timeout_s"]),
         device_id=device if device.type == "cuda" else None,
     )
+    if clock is not None:
+        clock.mark("rendezvous")
     precision = resolve_precision(spec.precision.value, device)
     allreduce_dtype = resolve_allreduce_dtype(spec.allreduce_dtype.value, precision, backend)
     # Same seed for model init on every rank (DDP broadcasts rank 0's weights anyway);
@@ -122,7 +128,7 @@ def train(
     )
     writer = RecordWriter(run_dir.events_file, job["metrics_flush_s"]) if rank == 0 else None
     try:
-        trainer = Trainer(task, config, writer, stop_requested=stop_requested)
+        trainer = Trainer(task, config, writer, stop_requested=stop_requested, start=clock)
         metrics = trainer.run()
         # Every rank, in step (the ranks agreed on stopping): FSDP gathers the shards.
         gathered = None if trainer.preempted else trainer.parallel.full_state_dict()

@@ -1,5 +1,8 @@
 """`digits` on a rank: the MLP and scikit-learn's bundled 8x8 digits (no download).
 
+scikit-learn is imported with the module (a second or so), not when the data is first
+read, so that a warm launcher (workers/local_launcher.py) has it imported for the ranks.
+
 Its hyperparameters and size live in ampfleet/recipes/digits.py, which the API reads.
 """
 
@@ -8,6 +11,8 @@ from __future__ import annotations
 import json
 
 import torch
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 from torch.utils.data import TensorDataset
@@ -21,9 +26,6 @@ VAL_SPLIT_FILE = "val_split.json"  # with `save_split`, in the output folder
 
 def split_indices(val_fraction: float) -> tuple[list[int], list[int]]:
     """Indices into `load_digits()` of the training and the validation samples, in order."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
     labels = load_digits().target
     train_idx, val_idx = train_test_split(
         range(len(labels)), test_size=val_fraction, random_state=SPLIT_SEED, stratify=labels
@@ -32,8 +34,6 @@ def split_indices(val_fraction: float) -> tuple[list[int], list[int]]:
 
 
 def _datasets(val_fraction: float) -> tuple[TensorDataset, TensorDataset]:
-    from sklearn.datasets import load_digits
-
     digits = load_digits()
     features = torch.tensor(digits.data, dtype=torch.float32) / 16.0
     labels = torch.tensor(digits.target, dtype=torch.long)

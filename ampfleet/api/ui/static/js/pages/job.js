@@ -71,6 +71,9 @@ export function jobPage(ctx, jobId) {
   const headlineValue = h("dd", { id: "job-headline", class: "headline" });
   const spec = specPanel();
   const code = codePanel(ctx);
+  // Where the latest attempt's start went, launch to first step (its start_phases event).
+  const startTerm = h("dt", { hidden: true }, "start");
+  const startLine = h("dd", { id: "job-start", hidden: true });
   const queueTerm = h("dt", {}, "queue");
   const queueLine = h("dd", { id: "job-queue" });
   const timeline = h("ol", { id: "timeline", class: "timeline" });
@@ -140,6 +143,7 @@ export function jobPage(ctx, jobId) {
       h("dt", {}, "goodput"), h("dd", { id: "job-goodput" }, goodputText(goodput)),
       h("dt", {}, "created"), created,
       h("dt", {}, "running for"), runFor,
+      startTerm, startLine,
       headlineTerm, headlineValue,
       queueTerm, queueLine,
       job.failure_reason ? [h("dt", {}, "failure"), h("dd", { class: "failure" }, job.failure_reason)] : null);
@@ -201,6 +205,11 @@ export function jobPage(ctx, jobId) {
   const addEvent = (event) => {
     if (events.has(event.id)) return;
     events.set(event.id, event);
+    if (event.reason === "start_phases" && event.id >= Number(startLine.dataset.event || 0)) {
+      startLine.dataset.event = String(event.id);
+      startLine.textContent = `${event.message} (attempt ${event.attempt})`;
+      startTerm.hidden = startLine.hidden = false;
+    }
     let before = timeline.lastElementChild;
     while (before && Number(before.dataset.id) > event.id) before = before.previousElementSibling;
     if (before) before.after(timelineItem(event));
