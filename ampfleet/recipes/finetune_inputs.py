@@ -11,9 +11,8 @@ by default (the attention projections, as peft's own defaults for them).
 
 from __future__ import annotations
 
-import csv
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +36,9 @@ LORA_TARGETS: dict[str, tuple[str, ...]] = {
     "gpt2": ("c_attn",),
     "gpt_neox": ("query_key_value",),
     "opt": ("q_proj", "v_proj"),
-    "bert": ("query", "value"),
-    "roberta": ("query", "value"),
-    "distilbert": ("q_lin", "v_lin"),
 }
 """`model_type` (config.json) -> the modules LoRA adapts unless `lora.target_modules` says."""
-CAUSAL_LM_TYPES = frozenset(LORA_TARGETS) - {"bert", "roberta", "distilbert"}
-CLASSIFIER_TYPES = frozenset(LORA_TARGETS)
+CAUSAL_LM_TYPES = frozenset(LORA_TARGETS)
 
 
 def check_model_listing(files: Sequence[str] | None) -> None:
@@ -153,29 +148,3 @@ def completion_pairs(path: Path, name: str) -> list[tuple[str, str]]:
     if not pairs:
         raise InputError(name, f"{path.name} holds no examples")
     return pairs
-
-
-def labelled_texts(path: Path, name: str) -> list[tuple[str, str]]:
-    """(text, label) of each example of a CSV (a header with `text` and `label` columns)
-    or JSONL (`{"text", "label"}`) file; labels as strings, whatever they were."""
-    rows: list[tuple[int, Mapping[str, Any]]]
-    if path.suffix.lower() == ".csv":
-        with path.open(encoding="utf-8", newline="") as file:
-            reader = csv.DictReader(file)
-            missing = {"text", "label"} - set(reader.fieldnames or ())
-            if missing:
-                raise InputError(
-                    name, f"{path.name}: no {' or '.join(sorted(missing))} column in its header"
-                )
-            rows = [(number, row) for number, row in enumerate(reader, start=2)]
-    else:
-        rows = list(jsonl_records(path, name))
-    examples = []
-    for number, row in rows:
-        for field in ("text", "label"):
-            if row.get(field) in (None, ""):
-                raise InputError(name, f'{path.name} line {number}: no "{field}" value')
-        examples.append((str(row["text"]), str(row["label"])))
-    if not examples:
-        raise InputError(name, f"{path.name} holds no examples")
-    return examples
