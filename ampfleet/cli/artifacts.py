@@ -51,7 +51,10 @@ def download(
     job_id: JobId,
     to: Annotated[Path, typer.Option("--output", "-o", help="Folder to write into.")] = Path("."),
     name: Annotated[
-        str, typer.Option("--name", "-n", help="An artifact's name; 'model' is the model.")
+        str,
+        typer.Option(
+            "--name", "-n", help="An artifact's name; 'model' is the model; hf/merged/ a folder."
+        ),
     ] = "model",
     checkpoint: Annotated[
         int | None, typer.Option("--checkpoint", min=0, help="The checkpoint at this step.")

@@ -18,6 +18,9 @@ MODEL = "model.safetensors"
 MODEL_BF16 = "model-bf16.safetensors"
 MANIFEST = "manifest.json"
 OUTPUTS_PREFIX = "outputs/"
+HF_PREFIX = "hf/"
+"""A recipe's model in Hugging Face's formats (`hf/merged/`, `hf/adapter/`), beside the
+platform's own model.safetensors."""
 PROFILES_PREFIX = "profiles/"
 PROFILE_KIND = "profile"  # the artifact kind of a profile's traces and summary
 PROFILE_SUMMARY = "summary.json"

@@ -10,11 +10,12 @@ loads torch or a recipe's model code. No uploaded code or pickles are ever execu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import import_module
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -26,6 +27,25 @@ ENTRY_POINT_GROUP = "ampfleet.recipes"
 
 def _nothing_beyond_the_model(_hyperparameters: Any) -> int:
     return 0
+
+
+class InputError(ValueError):
+    """An input the recipe cannot train on, in words naming the input, the file and what is
+    wrong with it: a 422 on `inputs.<name>` at submit, a FAILED job before the ranks meet
+    on the node."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"input {name!r}: {message}")
+        self.name = name
+        self.message = message
+
+
+def _any_inputs_listed(_hyperparameters: Any, _listed: Mapping[str, Sequence[str] | None]) -> None:
+    return None
+
+
+def _any_inputs(_hyperparameters: Any, _inputs: Mapping[str, Path]) -> None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -46,6 +66,16 @@ class RecipeDefinition:
     """The metrics the recipe reports that are objectives, and which way is better: they
     get a "best" in the metrics summary. Names it leaves out follow core/metric_goals.py's
     name rule (`loss`, `val_accuracy`, ...)."""
+    check_listed_inputs: Callable[[Any, Mapping[str, Sequence[str] | None]], None] = (
+        _any_inputs_listed
+    )
+    """At submit, in the API: the spec's inputs by name, each as the paths of an uploaded
+    dataset's files as stored at upload (None for a shared folder, which only nodes see).
+    Raises `InputError` for what is missing or cannot be right; reads nothing else."""
+    check_inputs: Callable[[Any, Mapping[str, Path]], None] = _any_inputs
+    """On every rank before torch is imported and before the ranks meet: the inputs as the
+    node fetched them (what `RecipeContext.inputs` will hold). Raises `InputError`; it may
+    read the files, but must not import torch."""
 
     def build(self, hyperparameters: BaseModel, context: Any) -> Any:
         module_name, _, attribute = self.build_path.partition(":")

@@ -270,9 +270,11 @@ class Client(ClientBase[httpx.Client]):
         progress: downloads.ProgressCallback | None = None,
     ) -> list[Path]:
         """Downloads the artifact `name` into folder `to` (as `to/<name>`); "model" means
-        model.safetensors and manifest.json. Resumable: an interrupted download continues
-        from its `.part` file; the sha256 is verified (DownloadCorrupted, and no file, if it
-        does not match). `progress(name, done, total)` is called as bytes arrive."""
+        model.safetensors and manifest.json, a name ending in "/" every artifact under it
+        (`hf/merged/`: a fine-tuned model as Hugging Face loads it). Resumable: an
+        interrupted download continues from its `.part` file; the sha256 is verified
+        (DownloadCorrupted, and no file, if it does not match). `progress(name, done,
+        total)` is called as bytes arrive."""
         return self._run(downloads.download(self._ops, job_id, name, Path(to), progress))
 
     def download_checkpoint(

@@ -61,9 +61,16 @@ def list_checkpoints(ops: Operations, job_id: str) -> Flow[list[Checkpoint]]:
 def download(
     ops: Operations, job_id: str, name: str, to: Path, progress: ProgressCallback | None
 ) -> Flow[list[Path]]:
-    """The artifact `name` (or, for "model", the weights and the manifest) into folder `to`,
-    each at `to/<name>`; returns the paths."""
-    wanted = MODEL_BUNDLE if name == MODEL else (name,)
+    """The artifact `name` (or, for "model", the weights and the manifest; for a name that
+    ends in "/", every artifact under it, as `hf/merged/`) into folder `to`, each at
+    `to/<name>`; returns the paths."""
+    if name.endswith("/"):
+        listed = yield from list_artifacts(ops, job_id)
+        wanted: Sequence[str] = [a.name for a in listed if a.name.startswith(name)]
+        if not wanted:
+            raise NotFound(404, "not_found", f"job {job_id} has no artifact under {name}")
+    else:
+        wanted = MODEL_BUNDLE if name == MODEL else (name,)
     return (yield from download_names(ops, job_id, wanted, to, progress))
 
 

@@ -68,6 +68,7 @@ class _Setup(_Record):
     gathered_dtype: Word | None = None
     reduction_dtype: Word | None = None
     optimizer_state_dtype: Word | None = None
+    frozen_dtype: Word | None = None
 
 
 class Started(_Setup):
@@ -241,6 +242,7 @@ def _problem_of(record: AnyRecord) -> str | None:
 
 def _artifact_name_problem(record: Artifact) -> str | None:
     from ampfleet.core.artifact_names import (
+        HF_PREFIX,
         MANIFEST,
         MODEL,
         MODEL_BF16,
@@ -254,8 +256,12 @@ def _artifact_name_problem(record: Artifact) -> str | None:
         if record.step is None or name != checkpoint_name(record.step):
             return "name: a checkpoint is named checkpoint-<its step, 9 digits>"
     elif kind == "model":
-        if name not in (MODEL, MODEL_BF16, MANIFEST) or len(record.paths) != 1:
-            return f"name: a model file is one of {MODEL}, {MODEL_BF16}, {MANIFEST}"
+        named = name in (MODEL, MODEL_BF16, MANIFEST) or name.startswith(HF_PREFIX)
+        if not named or len(record.paths) != 1:
+            return (
+                f"name: a model file is one of {MODEL}, {MODEL_BF16}, {MANIFEST} "
+                f"or {HF_PREFIX}<path>"
+            )
     elif kind == "output":
         if not name.startswith(OUTPUTS_PREFIX) or len(record.paths) != 1:
             return f"name: an output is one file named {OUTPUTS_PREFIX}<path>"

@@ -84,6 +84,24 @@ def test_the_model_downloads_verified_with_progress(api: dict[str, Any], tmp_pat
     assert not list((tmp_path / "out").glob("*.part"))
 
 
+def test_a_name_ending_in_a_slash_downloads_the_folder_under_it(
+    app: FastAPI, make_key: KeyFactory, tmp_path: Path
+) -> None:
+    with serving(app) as base_url, Client(base_url, make_key("alpha", "write")) as client:
+        job = client.submit(job_spec()).model_dump(mode="json")
+        add_artifact(tmp_path, job, "model.safetensors", "model", BLOB[:100], 20)
+        add_artifact(tmp_path, job, "hf/merged/config.json", "model", MANIFEST, 20)
+        add_artifact(tmp_path, job, "hf/merged/model.safetensors", "model", BLOB[:200], 20)
+        add_artifact(tmp_path, job, "hf/adapter/adapter_config.json", "model", MANIFEST, 20)
+        paths = client.download(job["id"], "hf/merged/", to=tmp_path / "out")
+        with pytest.raises(NotFound, match="no artifact under hf/nothing/"):
+            client.download(job["id"], "hf/nothing/", to=tmp_path / "out")
+    folder = tmp_path / "out" / "hf" / "merged"
+    assert sorted(paths) == [folder / "config.json", folder / "model.safetensors"]
+    assert (folder / "model.safetensors").read_bytes() == BLOB[:200]
+    assert not (tmp_path / "out" / "hf" / "adapter").exists()
+
+
 def test_a_cut_connection_resumes_with_range_to_the_same_sha256(
     api: dict[str, Any], tmp_path: Path
 ) -> None:

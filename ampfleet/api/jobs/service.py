@@ -28,7 +28,7 @@ from ampfleet.api.errors import (
 from ampfleet.api.goodput import goodput_out
 from ampfleet.api.jobs import eta, idempotency, repository
 from ampfleet.api.jobs.init_from import resolve_init_from
-from ampfleet.api.jobs.inputs import resolve_inputs
+from ampfleet.api.jobs.inputs import check_for_recipe, resolve_inputs
 from ampfleet.api.jobs.schemas import (
     JobOut,
     JobPage,
@@ -205,6 +205,10 @@ def _submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tup
         if spec.code.command is not None:
             check_script_in(bundle, spec.code.command)
     resolved["inputs"] = resolve_inputs(session, spec.project, spec.inputs)
+    if spec.recipe is not None:  # a bundled recipe's checks run on the node only
+        recipe = get_recipe(spec.recipe)
+        hyperparameters = recipe.hyperparameters.model_validate(resolved["hyperparameters"])
+        check_for_recipe(session, recipe, hyperparameters, resolved["inputs"])
     resolved["init_from"] = resolve_init_from(session, spec)
     admit(session, spec, resolved)
     job = Job(

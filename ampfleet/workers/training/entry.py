@@ -72,6 +72,8 @@ class ResolvedJob:
     spec: StoredSpec
     recipe: RecipeDefinition
     hyperparameters: BaseModel
+    inputs: dict[str, Path]
+    """The spec's inputs where this node fetched them, by name."""
 
 
 def resolve_job(run_dir: RunDir) -> ResolvedJob:
@@ -88,7 +90,11 @@ def resolve_job(run_dir: RunDir) -> ResolvedJob:
     )
     # A bundled recipe's hyperparameters meet their model here first (the API never saw it).
     hyperparameters = recipe.hyperparameters.model_validate(spec.hyperparameters)
-    return ResolvedJob(job, spec, recipe, hyperparameters)
+    inputs = {name: Path(path) for name, path in job.get("inputs", {}).items()}
+    # Data a recipe cannot train on (a folder that is no model, a line without its field)
+    # fails here, torch-free, not once every rank has met and loaded the model.
+    recipe.check_inputs(hyperparameters, inputs)
+    return ResolvedJob(job, spec, recipe, hyperparameters, inputs)
 
 
 def write_failure(run_dir: RunDir, rank: int, exc: BaseException) -> None:

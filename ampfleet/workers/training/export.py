@@ -15,7 +15,7 @@ the versions of the packages that trained it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +25,13 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from ampfleet.core.artifact_names import MANIFEST, MODEL, MODEL_BF16, checkpoint_name
+from ampfleet.core.artifact_names import (
+    HF_PREFIX,
+    MANIFEST,
+    MODEL,
+    MODEL_BF16,
+    checkpoint_name,
+)
 from ampfleet.workers.rundir import FALLBACK_REASONS, RecordWriter, RunDir
 from ampfleet.workers.training.outputs import (
     MANIFEST_FORMAT,
@@ -35,6 +41,7 @@ from ampfleet.workers.training.outputs import (
     described,
     package_versions,
     recipe_label,
+    regular_files,
     write_artifact_records,
 )
 
@@ -62,10 +69,12 @@ def export_run(
     writer: RecordWriter,
     *,
     gathered: dict[str, torch.Tensor] | None = None,
+    recipe_export: Callable[[dict[str, torch.Tensor], Path], dict[str, Any]] | None = None,
 ) -> list[ExportedFile]:
     """Writes the export of a completed run (rank 0 only) and records each file as an
     artifact; returns what it wrote. `gathered`: a sharded model's whole state dict, which
-    every rank took part in gathering (`ParallelModel.full_state_dict`)."""
+    every rank took part in gathering (`ParallelModel.full_state_dict`). `recipe_export`:
+    the recipe's own formats (`TrainingTask.export`), written from the same weights."""
     spec = job["spec"]
     run_dir.export_dir.mkdir(parents=True, exist_ok=True)
     lineage = {"precision": run.precision, "allreduce_dtype": run.allreduce_dtype}
@@ -78,14 +87,41 @@ def export_run(
         files.append(
             _weights(run_dir.export_dir / MODEL_BF16, rounded, "bfloat16", job, run, lineage)
         )
+    model_lineage = {}
+    if recipe_export is not None:
+        model_lineage = recipe_export(master, run_dir.export_dir)
+        files.extend(_recipe_files(run_dir.export_dir))
     del master
     outputs, left_out = collect_outputs(run_dir.output_dir)
     manifest = build_manifest(run_dir, job, run, files, outputs, left_out)
+    manifest["lineage"] = {**lineage_of(spec, run), **model_lineage}
     manifest_path = run_dir.export_dir / MANIFEST
     atomic_write(manifest_path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
     files.append(described(manifest_path, "model", MANIFEST, {"format": MANIFEST_FORMAT}))
     write_artifact_records(writer, [*outputs, *files], run.step)
     return [*outputs, *files]
+
+
+def _recipe_files(export_dir: Path) -> list[ExportedFile]:
+    folder = export_dir / HF_PREFIX
+    return [
+        described(path, "model", HF_PREFIX + path.relative_to(folder).as_posix(), {})
+        for path in regular_files(folder)
+    ]
+
+
+def lineage_of(spec: dict[str, Any], run: RunSummary) -> dict[str, Any]:
+    """What the model came from: each input by content (a shared folder by its path, which
+    the platform does not hash), and the precision it was trained in."""
+    inputs = {
+        name: (
+            {"path": item["path"]}
+            if "path" in item
+            else {"dataset": f"{item['name']}@{item['version']}", "sha256": item["sha256"]}
+        )
+        for name, item in (spec.get("inputs") or {}).items()
+    }
+    return {"inputs": inputs, "precision": run.precision, "allreduce_dtype": run.allreduce_dtype}
 
 
 def master_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -51,7 +51,7 @@ def collect_outputs(output_dir: Path) -> tuple[list[ExportedFile], list[str]]:
     node), as `outputs/<relative path>`; and the paths not listed, with why."""
     found: list[ExportedFile] = []
     left_out: list[str] = []
-    for path in _regular_files(output_dir):
+    for path in regular_files(output_dir):
         relative = path.relative_to(output_dir).as_posix()
         name = output_name(relative)
         if not is_valid_name(name):
@@ -116,7 +116,8 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
         os.close(directory)
 
 
-def _regular_files(root: Path) -> Iterator[Path]:
+def regular_files(root: Path) -> Iterator[Path]:
+    """The regular files beneath `root`, in order; links are neither followed nor listed."""
     if not root.is_dir():
         return
     for directory, subdirectories, names in os.walk(root):  # os.walk follows no links

@@ -325,7 +325,8 @@ class ParallelModel:
         return sum(p.numel() for p in shards) * STATE_BYTES_PER_PARAMETER
 
     def dtypes(self, precision: str) -> dict[str, str]:
-        """What each phase runs in, as reported."""
+        """What each phase runs in, as reported; `frozen_dtype`: what the parameters that
+        do not train (a LoRA base) are held in, "none" where every parameter trains."""
         return {
             "strategy": self.strategy,
             "parameters_dtype": "fp32",
@@ -333,7 +334,27 @@ class ParallelModel:
             "gathered_dtype": precision if self.strategy == "fsdp" else "none",
             "reduction_dtype": self.comm.dtype_name,
             "optimizer_state_dtype": "fp32",
+            "frozen_dtype": frozen_dtype(self.model),
         }
+
+
+def frozen_dtype(model: nn.Module) -> str:
+    held = {p.dtype for p in model.parameters() if not p.requires_grad and p.is_floating_point()}
+    names = {v: k for k, v in DTYPES.items()}
+    return "+".join(sorted(names.get(d, str(d).removeprefix("torch.")) for d in held)) or "none"
+
+
+def hold_frozen_in(model: nn.Module, precision: str) -> None:
+    """Parameters that never train (a LoRA base) are held in the compute dtype of a half-
+    precision job: autocast would cast them to it for every matmul anyway, so they cost half
+    the memory and nothing in accuracy. They get no gradient, so nothing of theirs is ever
+    reduced, stepped or scaled. Only where the precision cannot change during the run: a
+    fallback to fp32 would meet weights that had already lost their fp32 bits."""
+    if precision == "fp32":
+        return
+    for parameter in model.parameters():
+        if not parameter.requires_grad and parameter.is_floating_point():
+            parameter.data = parameter.data.to(DTYPES[precision])
 
 
 def replace_mixed_precision(unit: FSDPModule, policy: MixedPrecisionPolicy) -> None:

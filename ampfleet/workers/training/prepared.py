@@ -33,6 +33,7 @@ from ampfleet.workers.training.parallel import (
     ParallelModel,
     choose_strategy,
     compile_unavailable,
+    hold_frozen_in,
 )
 from ampfleet.workers.training.precision import (
     DTYPES,
@@ -93,6 +94,8 @@ class PreparedModel:
         self.record: Record = record or (lambda _kind, **_fields: None)
         self.requested_strategy = parallel.strategy
         self.model = model.to(device)
+        if not self.may_fall_back():
+            hold_frozen_in(self.model, precision)
         self.strategy = choose_strategy(parallel, self.model, device, world_size, ranks_on_node)
         self.comm = AllReduceState(
             dtype=DTYPES[allreduce_dtype],

@@ -95,7 +95,7 @@ def train(
         device=device,
         seed=spec.seed,
         output_dir=run_dir.output_dir,
-        inputs={name: Path(path) for name, path in job.get("inputs", {}).items()},
+        inputs=resolved.inputs,
     )
     task = recipe.build(resolved.hyperparameters, context)
     seed_everything(spec.seed + rank)
@@ -143,7 +143,15 @@ def train(
                 backend=backend,
                 hyperparameters=resolved.hyperparameters.model_dump(mode="json"),
             )
-            export_run(run_dir, job, trainer.model, summary, writer, gathered=gathered)
+            export_run(
+                run_dir,
+                job,
+                trainer.model,
+                summary,
+                writer,
+                gathered=gathered,
+                recipe_export=task.export,
+            )
             writer.write("finished")
     finally:
         if writer:

@@ -71,6 +71,13 @@ class TrainingTask:
     None: linear warmup over `warmup_steps`, then cosine decay to 10% of `learning_rate`,
     for every parameter group alike."""
 
+    export: Callable[[dict[str, torch.Tensor], Path], dict[str, Any]] | None = None
+    """Rank 0, at the end of a completed run, beside model.safetensors: writes the model in
+    the recipe's own formats into the folder given (the export folder; every file under its
+    `hf/` is listed as a model artifact) from the trained weights (the whole state dict, on
+    the CPU, as model.safetensors holds it). Returns the manifest's `lineage` of the model
+    (method, base), beside the inputs' sha256 and the precision the platform adds."""
+
     def build_optimizer(self, model: nn.Module) -> Optimizer:
         if self.make_optimizer is not None:
             return self.make_optimizer(model)

@@ -1,0 +1,103 @@
+"""A fine-tuning job's inputs at submit: what the datasets' stored file lists tell (a folder
+without a config, weights only in a pickle, no tokenizer, data that is not JSONL, an input
+left out) is a 422 naming the input and the file; a model folder and a JSONL file are
+accepted. Nothing is unpacked or read for it."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from ampfleet.core import recipes
+from tests.api.test_datasets import keyed, upload
+from tests.conftest import KeyFactory
+from tests.support.archives import file_entry, tar_gz_of
+from tests.support.checkout_recipes import use_checkout_recipes
+
+MODEL_FOLDER = {
+    "config.json": b'{"model_type": "llama"}',
+    "model.safetensors": b"weights",
+    "tokenizer.json": b"{}",
+}
+TRAIN = b'{"prompt": "a", "completion": "b"}\n'
+
+
+@pytest.fixture
+def writer(tmp_path: Path, app: FastAPI, make_key: KeyFactory) -> Iterator[TestClient]:
+    site = tmp_path / "site"
+    use_checkout_recipes(site)
+    try:
+        with keyed(app, make_key("alpha", "write")) as client:
+            yield client
+    finally:
+        sys.path.remove(str(site))
+        recipes.installed_recipes.cache_clear()
+
+
+def submit(client: TestClient, inputs: dict[str, str]) -> Any:
+    spec = {"recipe": "finetune-lm", "project": "alpha", "inputs": inputs}
+    return client.post("/v1/jobs", json=spec)
+
+
+def folder(client: TestClient, name: str, files: dict[str, bytes]) -> str:
+    body = tar_gz_of([file_entry(path, data) for path, data in files.items()])
+    answered = upload(client, body, name=name)
+    assert answered.status_code == 201, answered.text
+    return f"{name}@1"
+
+
+@pytest.mark.parametrize(
+    ("left_out", "added", "words"),
+    [
+        ("config.json", {}, "no config.json at the top of the dataset"),
+        (
+            "model.safetensors",
+            {"pytorch_model.bin": b"pickle"},
+            "no *.safetensors weights at the top of the dataset (pytorch_model.bin is a pickle",
+        ),
+        ("tokenizer.json", {}, "no tokenizer (tokenizer.json or tokenizer.model or vocab.json)"),
+    ],
+)
+def test_a_dataset_that_is_no_model_folder_is_422_naming_the_file(
+    writer: TestClient, left_out: str, added: dict[str, bytes], words: str
+) -> None:
+    files = {k: v for k, v in MODEL_FOLDER.items() if k != left_out} | added
+    train = upload(writer, TRAIN, name="pairs", filename="train.jsonl").json()
+    refused = submit(
+        writer, {"model": folder(writer, "base", files), "train": f"pairs@{train['version']}"}
+    )
+    assert refused.status_code == 422, refused.text
+    (detail,) = refused.json()["error"]["details"]
+    assert detail["field"] == "inputs.model"
+    assert detail["message"].startswith(words), detail
+
+
+def test_data_that_is_not_jsonl_or_an_input_left_out_is_422(writer: TestClient) -> None:
+    model = folder(writer, "base", MODEL_FOLDER)
+    upload(writer, b"text,label\n", name="table", filename="train.csv")
+    refused = submit(writer, {"model": model, "train": "table@1"})
+    assert refused.status_code == 422
+    assert refused.json()["error"]["details"] == [
+        {
+            "field": "inputs.train",
+            "message": "expected one .jsonl file, found train.csv",
+            "type": None,
+        }
+    ]
+    missing = submit(writer, {"model": model})
+    assert missing.status_code == 422
+    assert missing.json()["error"]["details"][0]["field"] == "inputs.train"
+    assert "required" in missing.json()["error"]["message"]
+
+
+def test_a_model_folder_and_a_jsonl_file_are_accepted(writer: TestClient) -> None:
+    upload(writer, TRAIN, name="pairs", filename="train.jsonl")
+    accepted = submit(writer, {"model": folder(writer, "base", MODEL_FOLDER), "train": "pairs"})
+    assert accepted.status_code == 202, accepted.text
+    assert accepted.json()["spec"]["hyperparameters"]["method"] == "lora"
