@@ -7,6 +7,7 @@ and sent after commit, so a crash between the two delays a message but never los
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -91,6 +92,14 @@ def wake_scheduler() -> None:
         return
     _wake_pending.set()
     _waker.submit(_send_wake)
+
+
+def flush_wake_ups(timeout_s: float = 10.0) -> None:
+    """Wait until every wake-up asked for so far has been sent (or given up on): before the
+    process's configuration changes under it (the tests' `environment`), so that a wake-up
+    asked for under one broker is not sent to, or lost on, another."""
+    with contextlib.suppress(TimeoutError):
+        _waker.submit(lambda: None).result(timeout=timeout_s)
 
 
 def _send_wake() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
+from kombu.transport import filesystem
 from sqlalchemy import text
 
 from ampfleet.core import db, messaging, recipes, settings
@@ -17,6 +18,11 @@ from tests.support.services import services
 
 
 def reset_caches() -> None:
+    messaging.flush_wake_ups()  # sent under the configuration they were asked for under
+    # kombu keeps the file transport's exchanges and bindings for the whole process (a
+    # process has one broker folder): a binding declared in an earlier test's folder would
+    # make it skip writing the binding into this one's, and messages would route nowhere.
+    filesystem.Transport.global_state.clear()
     for cached in (
         settings.get_settings,
         db.get_engine,
