@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from sqlalchemy import create_engine, func, select
 
@@ -128,7 +130,9 @@ def test_auto_allreduce_is_measured_and_the_choice_is_the_one_reported(fleet: Fl
     job = fleet.submit(job_spec(stop={"max_steps": 10}, allreduce_dtype="auto"))
     done = fleet.wait_for_state(job["id"], {"SUCCEEDED"})
     [measured] = [e for e in fleet.events(job["id"]) if e["reason"] == "allreduce_auto"]
-    chose = measured["message"].rpartition("chose ")[2]
+    took = re.search(r"chose (\w+)(?: by the (swap|ring|gloo) wire)?$", measured["message"])
+    assert took, measured["message"]
+    chose = took.group(1)
     assert chose in {"bf16", "fp32"}
     assert "fp32" in measured["message"]
     assert done["allreduce_dtype"] == {"requested": "auto", "effective": chose}
