@@ -112,6 +112,11 @@ class Job(Base):
         BigInteger, default=0, server_default="0", comment="rank 0's records the agent refused"
     )
 
+    sweep_id: Mapped[str | None] = mapped_column(
+        String(40), index=True, comment="the sweep it is a trial of; null: a plain job"
+    )
+    trial: Mapped[int | None] = mapped_column(Integer, comment="its trial number in the sweep")
+
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     scheduled_at: Mapped[datetime | None] = mapped_column()
@@ -457,3 +462,56 @@ class FleetCounter(Base):
     label: Mapped[str] = mapped_column(String(32), primary_key=True, comment="a bucket, or ''")
     shard: Mapped[str] = mapped_column(String(128), primary_key=True)
     value: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class Sweep(Base):
+    """A hyperparameter (and precision) search: an Optuna study whose trials are jobs. The
+    study itself is not stored: the controller rebuilds it each pass from these rows and
+    its trials' (scheduler/sweeps.py), so there is one source of truth."""
+
+    __tablename__ = "sweeps"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project: Mapped[str] = mapped_column(String(PROJECT_NAME_MAX_LENGTH), index=True)
+    name: Mapped[str | None] = mapped_column(String(128))
+    spec: Mapped[dict[str, Any]] = mapped_column(comment="the sweep spec with defaults filled")
+    base_resolved: Mapped[dict[str, Any]] = mapped_column(
+        comment="the base job spec resolved once, at submit (inputs, init_from)"
+    )
+    state: Mapped[str] = mapped_column(String(16), index=True, comment="RUNNING | SUCCEEDED...")
+    reason: Mapped[str | None] = mapped_column(Text, comment="why it ended")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column()
+
+
+class SweepTrial(Base):
+    """One trial: Optuna's view of it (params with their distributions, intermediate values,
+    state, values, system attributes the sampler and pruner keep) beside the job it runs as.
+    Unique per (sweep, number): the controller's insert of a trial and its job is idempotent."""
+
+    __tablename__ = "sweep_trials"
+    __table_args__ = (
+        UniqueConstraint("sweep_id", "number", name="uq_sweep_trials_sweep_id_number"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    job_id: Mapped[str] = mapped_column(String(40), unique=True)
+    state: Mapped[str] = mapped_column(
+        String(16), comment="running | complete | pruned | failed | cancelled"
+    )
+    params: Mapped[dict[str, Any]] = mapped_column()
+    distributions: Mapped[dict[str, Any]] = mapped_column(comment="Optuna's, as JSON")
+    system_attrs: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    intermediate: Mapped[dict[str, Any]] = mapped_column(
+        default=dict, comment="{step: value} of the pruner's metric, as told to the pruner"
+    )
+    values: Mapped[list[Any] | None] = mapped_column(JSON, comment="one per objective")
+    measures: Mapped[dict[str, Any]] = mapped_column(
+        default=dict, comment="what the platform measured: samples/s, slot-seconds, precision"
+    )
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column()
