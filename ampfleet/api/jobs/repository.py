@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import ProjectScope
-from ampfleet.core.fleet import NodeView, node_view
+from ampfleet.core import job_creation
 from ampfleet.core.models import (
     Allocation,
     Artifact,
@@ -16,34 +16,17 @@ from ampfleet.core.models import (
     JobEvent,
     LogLine,
     Metric,
-    Node,
     OutboxMessage,
     Profile,
 )
-from ampfleet.core.states import JobState
 
 
 def get(session: Session, job_id: str) -> Job | None:
     return session.get(Job, job_id)
 
 
-def node_shapes(session: Session) -> list[NodeView]:
-    """What admission needs of every registered node: its columns, not ORM objects (a
-    fleet of a thousand nodes is read on every submit)."""
-    columns = (Node.id, Node.accelerator, Node.gpu_model, Node.gpu_memory_mb, Node.labels)
-    rows = session.execute(
-        select(*columns, Node.memory_mb, Node.slots, Node.state, Node.last_heartbeat_at)
-    )
-    return [node_view(row) for row in rows]
-
-
 def count_queued(session: Session, project: str) -> int:
-    return (
-        session.scalar(
-            select(func.count()).where(Job.project == project, Job.state == JobState.QUEUED)
-        )
-        or 0
-    )
+    return job_creation.count_queued(session, project)
 
 
 def get_by_idempotency_key(session: Session, project: str, key: str) -> Job | None:

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
-from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -38,14 +37,11 @@ from ampfleet.api.jobs.schemas import (
     Volume,
 )
 from ampfleet.api.pagination import decode_cursor, encode_cursor
-from ampfleet.core import goodput, tracing
+from ampfleet.core import goodput, job_creation, tracing
 from ampfleet.core.cancelling import request_cancel
 from ampfleet.core.custom_code import custom_code_allowed, custom_code_refusal
-from ampfleet.core.fleet import fits_fleet, job_request_of, matches
-from ampfleet.core.ids import new_id
-from ampfleet.core.lifecycle import Transition, record_event, record_transitions
-from ampfleet.core.memory import job_rank_memory, memory_refusal
-from ampfleet.core.models import Bundle, Job, Project, utcnow
+from ampfleet.core.lifecycle import record_event
+from ampfleet.core.models import Bundle, Job
 from ampfleet.core.recipes import UnknownRecipeError, get_recipe
 from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.core.settings import get_settings
@@ -55,7 +51,6 @@ from ampfleet.core.spec import (
     Precision,
     Priority,
     command_script,
-    describe_command,
 )
 from ampfleet.core.states import JobState
 from ampfleet.core.validation import describe_invalid, dotted
@@ -64,24 +59,17 @@ JOB_ID = re.compile(r"job_[0-9a-z]{26}")
 
 
 def resolve(spec: JobSpec) -> dict[str, Any]:
-    """The spec with every default filled, hyperparameters validated by the recipe (a
-    bundled recipe's on the worker: the API never imports bundle code)."""
-    if spec.recipe is None:
-        return spec.model_dump(mode="json")
+    """The spec with every default filled, hyperparameters validated by the recipe
+    (core/job_creation.py), refusals in the envelope."""
     try:
-        recipe = get_recipe(spec.recipe)
+        return job_creation.resolve_recipe(spec)
     except UnknownRecipeError as exc:
         raise UnprocessableError.for_field("recipe", str(exc)) from None
-    try:
-        hyperparameters = recipe.hyperparameters.model_validate(spec.hyperparameters)
-    except ValidationError as exc:
+    except job_creation.AdmissionRefusedError as refusal:
         message, details = describe_invalid(
-            "hyperparameters", exc.errors(), ErrorDetail, _hyperparameter_field
+            "hyperparameters", refusal.errors, ErrorDetail, _hyperparameter_field
         )
         raise UnprocessableError(message, details) from None
-    resolved = spec.model_dump(mode="json")
-    resolved["hyperparameters"] = hyperparameters.model_dump(mode="json")
-    return resolved
 
 
 def code_bundle(session: Session, project: str, code: CodeSpec) -> Bundle:
@@ -124,14 +112,6 @@ def check_script_in(bundle: Bundle, command: list[str]) -> None:
         )
 
 
-def what_runs(spec: JobSpec) -> str:
-    if spec.code is None:
-        return str(spec.recipe)
-    if spec.code.command is not None:
-        return describe_command(spec.code.command, limit=120)
-    return str(spec.code.entrypoint)
-
-
 def _hyperparameter_field(error: Mapping[str, Any]) -> str:
     return dotted(("hyperparameters", *error["loc"]))
 
@@ -144,28 +124,19 @@ def request_fingerprint(spec: JobSpec) -> str:
 def admit(session: Session, spec: JobSpec, resolved: Mapping[str, Any]) -> None:
     """Refuse what can never run on the fleet as registered (its shape, or its ranks' memory
     on every node that could host it), or what is over its queue quota."""
-    request, nodes = job_request_of(spec), repository.node_shapes(session)
-    refusal = fits_fleet(request, nodes)
-    if refusal:
-        raise UnprocessableError.for_field("resources", refusal)
-    if spec.recipe is not None:  # a bundled model's size is known only on the worker
-        need = job_rank_memory(resolved)
-        refusal = memory_refusal(need, (node for node in nodes if matches(request, node)))
-        if refusal:
-            raise UnprocessableError.for_field("hyperparameters", refusal)
-    project = session.get(Project, spec.project)
-    if project is not None and project.max_queued_jobs is not None:
-        # Count and insert under the project's row lock, held until the submit commits:
-        # otherwise concurrent submits all count the same jobs and all get in. (SQLite's
-        # writers are serialised already; there this is a no-op.)
-        project = session.get(Project, spec.project, with_for_update=True, populate_existing=True)
-    if project is not None and project.max_queued_jobs is not None:
-        queued = repository.count_queued(session, spec.project)
-        if queued >= project.max_queued_jobs:
-            raise TooManyRequestsError(
-                f"project {spec.project} has {queued} queued jobs, its limit is "
-                f"{project.max_queued_jobs}; retry when some have started"
-            )
+    try:
+        job_creation.admit(session, spec, resolved)
+    except job_creation.AdmissionRefusedError as refusal:
+        raise http_refusal(refusal) from None
+
+
+def http_refusal(
+    refusal: job_creation.AdmissionRefusedError,
+) -> UnprocessableError | TooManyRequestsError:
+    """A core refusal as the envelope says it: 429 for a quota, else 422 on its field."""
+    if refusal.kind == "quota":
+        return TooManyRequestsError(refusal.message)
+    return UnprocessableError.for_field(refusal.field or "spec", refusal.message)
 
 
 def earlier_submit(session: Session, spec: JobSpec, idempotency_key: str) -> Job | None:
@@ -211,23 +182,12 @@ def _submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tup
         check_for_recipe(session, recipe, hyperparameters, resolved["inputs"])
     resolved["init_from"] = resolve_init_from(session, spec)
     admit(session, spec, resolved)
-    job = Job(
-        id=new_id("job"),
-        project=spec.project,
-        name=spec.name,
+    job = job_creation.new_job(
+        spec,
+        resolved,
         recipe=spec.recipe or bundles.job_recipe(spec.code.bundle if spec.code else ""),
-        spec=spec.model_dump(mode="json", exclude_unset=True),
-        resolved=resolved,
         idempotency_key=idempotency_key,
         request_hash=fingerprint,
-        trace_context=tracing.current_context(),
-        state=JobState.QUEUED.value,
-        priority=spec.priority.rank,
-        attempt=0,
-        gang_size=spec.resources.gang_size,
-        step=0,
-        total_steps=spec.stop.max_steps,  # a script without one: its own, once read
-        latest_metrics={},
     )
     if idempotency_key is None:
         session.add(job)
@@ -243,28 +203,7 @@ def _submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tup
             if existing is None:
                 raise
             return _same_request_or_refuse(existing, fingerprint), False
-    shape = (
-        f"{spec.resources.procs} ranks"
-        if spec.resources.procs
-        else f"{spec.resources.nodes}x{spec.resources.procs_per_node}"
-    )
-    message = f"{what_runs(spec)} on {shape}"
-    record_transitions(
-        session,
-        [
-            Transition(
-                job_id=job.id,
-                project=job.project,
-                attempt=0,
-                from_state=None,
-                to_state=JobState.QUEUED,
-                reason="submitted",
-                message=message,
-            )
-        ],
-        at=utcnow(),
-    )
-    session.flush()
+    job_creation.record_submitted(session, job, spec)
     return job, True
 
 
