@@ -498,7 +498,9 @@ class SweepTrial(Base):
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
     sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
     number: Mapped[int] = mapped_column(Integer)
-    job_id: Mapped[str] = mapped_column(String(40), unique=True)
+    job_id: Mapped[str | None] = mapped_column(
+        String(40), unique=True, comment="null: its job could never be admitted (reason says)"
+    )
     state: Mapped[str] = mapped_column(
         String(16), comment="running | complete | pruned | failed | cancelled"
     )

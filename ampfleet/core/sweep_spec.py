@@ -38,6 +38,24 @@ PLATFORM_FIELDS: dict[str, tuple[str, ...]] = {
 """Parameters that set a field of the trial's job spec rather than a hyperparameter."""
 
 
+class SweepState(StrEnum):
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    def is_terminal(self) -> bool:
+        return self is not SweepState.RUNNING
+
+
+class TrialState(StrEnum):
+    RUNNING = "running"
+    COMPLETE = "complete"
+    PRUNED = "pruned"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

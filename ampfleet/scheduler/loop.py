@@ -31,6 +31,7 @@ from ampfleet.core.settings import Settings, get_settings
 from ampfleet.scheduler import snapshot
 from ampfleet.scheduler.apply import apply
 from ampfleet.scheduler.reaper import reap
+from ampfleet.scheduler.sweeps import advance_sweeps
 
 log = logging.getLogger(__name__)
 ADVISORY_LOCK_KEY = 0x616D70666C656574  # "ampfleet": one placing scheduler at a time
@@ -60,6 +61,7 @@ class Scheduler:
             if not took_lock:
                 return 0  # another scheduler is in its pass; it will do this work
             reap(session, self.settings, now, self.watched_since)
+            advance_sweeps(session, now)  # before placement: its new trials are placed now
             world = snapshot.load(session, self.settings, now)
             decision = world.decide()
             placed = apply(session, world, decision)

@@ -48,7 +48,12 @@ def upgrade() -> None:
         sa.Column("id", BigIntId, autoincrement=True, nullable=False),
         sa.Column("sweep_id", sa.String(40), nullable=False),
         sa.Column("number", sa.Integer(), nullable=False),
-        sa.Column("job_id", sa.String(40), nullable=False),
+        sa.Column(
+            "job_id",
+            sa.String(40),
+            nullable=True,
+            comment="null: its job could never be admitted (reason says)",
+        ),
         sa.Column(
             "state",
             sa.String(16),
