@@ -31,6 +31,7 @@ from ampfleet.api.projects.router import router as projects_router
 from ampfleet.api.queue.router import router as queue_router
 from ampfleet.api.recipes.router import router as recipes_router
 from ampfleet.api.request_traces import trace_requests
+from ampfleet.api.sweeps.router import router as sweeps_router
 from ampfleet.api.ui.router import mount_console
 from ampfleet.api.webhooks.router import router as webhooks_router
 from ampfleet.core.db import get_read_sessionmaker, get_sessionmaker
@@ -72,6 +73,7 @@ def create_app() -> FastAPI:
     app.add_middleware(RequestContextMiddleware)  # outermost: ids every request
     app.include_router(health_router)
     app.include_router(jobs_router)
+    app.include_router(sweeps_router)
     app.include_router(metrics_router)
     app.include_router(diagnosis_router)
     app.include_router(profiles_router)

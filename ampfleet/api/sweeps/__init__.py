@@ -1,0 +1,1 @@
+"""The sweeps resource: hyperparameter and precision searches whose trials are jobs."""
