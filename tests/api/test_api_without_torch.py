@@ -1,5 +1,6 @@
-"""The API process lists recipes and takes a submit without importing torch or any training
-code: a fresh interpreter serves them and its sys.modules is read afterwards."""
+"""The API process lists recipes and takes a submit (and a sweep) without importing torch, any
+training code or the sweep controller's Optuna: a fresh interpreter serves them and its
+sys.modules is read afterwards."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-TRAINING_ONLY = ("torch", "ampfleet.workers.training")
+TRAINING_ONLY = ("torch", "ampfleet.workers.training", "optuna", "ampfleet.scheduler")
 
 SERVE_THEN_LIST_MODULES = """
 import json, sys
@@ -20,6 +21,12 @@ from ampfleet.core.roles import Role
 from ampfleet.core.settings import get_settings
 from ampfleet.api.app import create_app
 
+SWEEP = {
+    "base": {"recipe": "digits"},
+    "space": {"learning_rate": {"type": "log_uniform", "low": 1e-4, "high": 1e-1}},
+    "objectives": [{"metric": "val_accuracy", "direction": "maximize"}],
+    "budget": {"max_trials": 2},
+}
 upgrade()
 with session_scope() as session:
     _, key = create_key(
@@ -31,6 +38,7 @@ with TestClient(create_app()) as client:
         client.get("/v1/recipes", headers=headers).status_code,
         client.get("/v1/recipes/digits", headers=headers).status_code,
         client.post("/v1/jobs", json={"recipe": "digits"}, headers=headers).status_code,
+        client.post("/v1/sweeps", json=SWEEP, headers=headers).status_code,
     ]
 loaded = [m for m in sys.modules if m.startswith(TRAINING_ONLY)]
 print(json.dumps({"statuses": statuses, "loaded": loaded}))
@@ -57,4 +65,4 @@ def test_recipes_and_a_submit_are_served_without_torch(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     answer = json.loads(result.stdout.strip().splitlines()[-1])
-    assert answer == {"statuses": [200, 200, 202], "loaded": []}
+    assert answer == {"statuses": [200, 200, 202, 202], "loaded": []}
