@@ -198,39 +198,31 @@ class SweepSpec(_Strict):
     numerics: Numerics = Field(default_factory=Numerics)
     budget: Budget
     priority: Priority = Priority.NORMAL
+    start_with: list[dict[ParameterName, Choice]] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Points to try first, in order (e.g. the defaults, as a baseline); each "
+        "names every parameter of the space.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepSpec:
         if self.base.code is not None:
             raise ValueError("a sweep's base runs a registered recipe (`recipe`), not `code`")
-        for name, dimension in self.space.items():
-            if "." in name and name not in PLATFORM_FIELDS:
-                raise ValueError(
-                    f"space: {name!r} names no platform field; those are "
-                    f"{', '.join(PLATFORM_FIELDS)}, any other name must be a hyperparameter "
-                    "without dots"
-                )
-            if name in PLATFORM_FIELDS and not isinstance(dimension, Categorical | IntRange):
-                raise ValueError(f"space: {name!r} is a platform field: give its choices")
+        _check_space(self.space)
         if len(self.objectives) > 1 and self.pruner.type is not PrunerKind.NONE:
             raise ValueError(
                 "pruner: Optuna's pruners stop single-objective trials only; with several "
                 "objectives use pruner none (the numerics pruner still applies)"
             )
         if self.sampler.type is SamplerKind.GRID:
-            points = 1
-            for name, dimension in self.space.items():
-                if not isinstance(dimension, Categorical | IntRange):
-                    raise ValueError(f"space: grid search needs choices or int ranges ({name})")
-                points *= (
-                    len(dimension.choices)
-                    if isinstance(dimension, Categorical)
-                    else (dimension.count)
-                )
-            if points > 100_000:
-                raise ValueError(f"space: a grid of {points} points; at most 100000")
+            _check_grid(self.space)
         if self.pruner.type is not PrunerKind.NONE and self.base.stop.max_steps is None:
             raise ValueError("pruner: give the base's stop.max_steps (its resource)")
+        for index, point in enumerate(self.start_with):
+            problem = _outside(self.space, point)
+            if problem:
+                raise ValueError(f"start_with[{index}]: {problem}")
         metrics = [o.metric for o in self.objectives]
         if len(set(metrics)) != len(metrics):
             raise ValueError("objectives: each metric at most once")
@@ -239,6 +231,47 @@ class SweepSpec(_Strict):
     @property
     def pruner_metric(self) -> str:
         return self.pruner.metric or self.objectives[0].metric
+
+
+def _check_space(space: dict[str, Any]) -> None:
+    for name, dimension in space.items():
+        if "." in name and name not in PLATFORM_FIELDS:
+            raise ValueError(
+                f"space: {name!r} names no platform field; those are "
+                f"{', '.join(PLATFORM_FIELDS)}, any other name must be a hyperparameter "
+                "without dots"
+            )
+        if name in PLATFORM_FIELDS and not isinstance(dimension, Categorical | IntRange):
+            raise ValueError(f"space: {name!r} is a platform field: give its choices")
+
+
+def _check_grid(space: dict[str, Any]) -> None:
+    points = 1
+    for name, dimension in space.items():
+        if not isinstance(dimension, Categorical | IntRange):
+            raise ValueError(f"space: grid search needs choices or int ranges ({name})")
+        points *= len(dimension.choices) if isinstance(dimension, Categorical) else dimension.count
+    if points > 100_000:
+        raise ValueError(f"space: a grid of {points} points; at most 100000")
+
+
+def _outside(space: dict[str, Any], point: dict[str, Any]) -> str | None:
+    if set(point) != set(space):
+        return f"names {sorted(point)}, the space {sorted(space)}"
+    for name, value in point.items():
+        dimension = space[name]
+        if isinstance(dimension, Categorical):
+            if value not in dimension.choices:
+                return f"{name}={value!r} is none of its choices"
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            return f"{name}={value!r} is not a number"
+        elif not dimension.low <= value <= dimension.high:
+            return f"{name}={value} is outside [{dimension.low}, {dimension.high}]"
+        elif isinstance(dimension, IntRange) and (
+            not float(value).is_integer() or (int(value) - dimension.low) % dimension.step
+        ):
+            return f"{name}={value} is not on its int range's steps"
+    return None
 
 
 def apply_params(base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:

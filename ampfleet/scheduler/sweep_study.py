@@ -152,7 +152,11 @@ def frozen(row: SweepTrial, objectives: int) -> FrozenTrial:
 def ask(
     study: optuna.Study, spec: SweepSpec
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """The next trial's params, its distributions as JSON and its system attributes."""
+    """The next trial's params, its distributions as JSON and its system attributes: the
+    spec's `start_with` points first, then the sampler's."""
+    number = len(study.trials)
+    if number < len(spec.start_with):
+        study.enqueue_trial(dict(spec.start_with[number]))
     trial = study.ask(fixed_distributions=distributions(spec))
     stored = study.trials[trial.number]
     dists = {k: distribution_to_json(v) for k, v in stored.distributions.items()}

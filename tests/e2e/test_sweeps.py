@@ -1,0 +1,115 @@
+"""Sweeps end to end, with real processes: trials are jobs that the scheduler places under the
+sweep's concurrency and budget, ASHA stops the laggards, the numerics pruner stops a trial
+that diverges, and the best trial is at least as good as the recipe's defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support.factories import job_spec
+from tests.support.fleet import Fleet
+
+pytestmark = pytest.mark.e2e
+
+STEPS, EVAL_EVERY = 150, 25
+DEFAULT_LR = 3e-3  # the digits recipe's default learning rate
+
+
+def base(**overrides: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "resources": {"procs_per_node": 1},
+        "precision": "fp32",
+        "allreduce_dtype": "fp32",
+        "stop": {"max_steps": STEPS},
+        "eval_every_steps": EVAL_EVERY,
+        "log_every_steps": 5,
+        "hyperparameters": {"hidden": 512, "batch_size": 256},
+    }
+    return job_spec(**{**fields, **overrides})
+
+
+def wait_for_sweep(fleet: Fleet, sweep_id: str, timeout: float = 600) -> dict[str, Any]:
+    def ended() -> bool:
+        return fleet.http.get(f"/v1/sweeps/{sweep_id}").json()["state"] != "RUNNING"
+
+    fleet.wait_until(ended, timeout=timeout, what=f"sweep {sweep_id} to end")
+    return dict(fleet.http.get(f"/v1/sweeps/{sweep_id}").json())
+
+
+def final_accuracy(fleet: Fleet, job_id: str) -> float:
+    series = fleet.http.get(f"/v1/jobs/{job_id}/metrics", params={"names": "val_accuracy"})
+    (accuracy,) = series.json()["series"]
+    return float(accuracy["points"][-1]["value"])
+
+
+def test_an_asha_sweep_over_learning_rate_and_precision(fleet: Fleet) -> None:
+    spec = {
+        "name": "digits-lr",
+        "base": base(),
+        "space": {
+            "learning_rate": {"type": "log_uniform", "low": 1e-4, "high": 3e-2},
+            "precision": {"type": "categorical", "choices": ["fp32", "bf16"]},
+        },
+        "start_with": [{"learning_rate": DEFAULT_LR, "precision": "fp32"}],
+        "objectives": [{"metric": "val_accuracy", "direction": "maximize"}],
+        "sampler": {"type": "tpe", "seed": 3},
+        "pruner": {"type": "asha", "min_resource": EVAL_EVERY, "reduction_factor": 2},
+        "budget": {"max_trials": 8, "max_concurrent": 2},
+    }
+    response = fleet.http.post("/v1/sweeps", json=spec)
+    assert response.status_code == 202, response.text
+    default = fleet.submit(base())  # the recipe's defaults, beside the sweep
+    sweep = wait_for_sweep(fleet, response.json()["id"])
+
+    assert sweep["state"] == "SUCCEEDED", sweep["reason"]
+    trials = sweep["trials"]
+    assert [t["number"] for t in trials] == list(range(8))
+    jobs = fleet.http.get("/v1/jobs", params={"limit": 50}).json()["items"]
+    ours = [j for j in jobs if j["labels"].get("sweep") == sweep["id"]]
+    assert sorted(j["labels"]["trial"] for j in ours) == [str(n) for n in range(8)]
+    assert {t["job_id"] for t in trials} == {j["id"] for j in ours}  # one job per trial
+    pruned = [t for t in trials if t["state"] == "pruned"]
+    assert pruned, [(t["state"], t["reason"]) for t in trials]
+    for trial in pruned:
+        assert trial["reason"].startswith("asha: val_accuracy"), trial["reason"]
+        events = fleet.events(trial["job_id"])
+        assert any(e["reason"] == "pruned" for e in events)
+        job = fleet.job(trial["job_id"])
+        assert job["state"] == "CANCELLED"
+        assert job["progress"]["step"] < STEPS
+
+    best = sweep["best_trial"]
+    assert best["state"] == "complete"
+    fleet.wait_for_state(default["id"], {"SUCCEEDED"})
+    assert best["values"][0] == final_accuracy(fleet, best["job_id"])
+    assert best["values"][0] >= final_accuracy(fleet, default["id"])
+    report = {row["precision"]: row for row in sweep["precision_report"]}
+    assert set(report) <= {"fp32", "bf16"}
+    for row in report.values():
+        assert row["samples_per_s"] > 0
+        assert row["value"] <= best["values"][0]
+    assert sweep["slot_s"]["pruned"] > 0
+
+
+def test_a_diverging_trial_is_pruned_for_its_numerics(fleet: Fleet) -> None:
+    spec = {
+        "base": base(stop={"max_steps": 3000}, eval_every_steps=0),
+        "space": {"learning_rate": {"type": "categorical", "choices": [1.0]}},
+        "start_with": [{"learning_rate": 1.0}],
+        "objectives": [{"metric": "val_accuracy", "direction": "maximize"}],
+        "budget": {"max_trials": 1, "max_concurrent": 1},
+        "numerics": {"divergence_factor": 5},
+    }
+    response = fleet.http.post("/v1/sweeps", json=spec)
+    assert response.status_code == 202, response.text
+    sweep = wait_for_sweep(fleet, response.json()["id"])
+    (trial,) = sweep["trials"]
+    assert trial["state"] == "pruned", trial
+    assert trial["reason"].startswith("numerics: "), trial["reason"]
+    assert sweep["state"] == "FAILED"
+    assert sweep["reason"] == "its trial budget spent; no trial completed"
+    events = fleet.events(trial["job_id"])
+    (pruned,) = [e for e in events if e["reason"] == "pruned"]
+    assert pruned["message"] == trial["reason"]
