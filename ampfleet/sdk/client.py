@@ -23,7 +23,7 @@ import httpx
 
 from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
-from ampfleet.sdk import downloads, models, profiles, recipes
+from ampfleet.sdk import downloads, models, profiles, recipes, sweeps
 from ampfleet.sdk.base import ClientBase
 from ampfleet.sdk.flows import CodeSource, InputSource, SpecInput, States
 from ampfleet.sdk.protocol import (
@@ -209,6 +209,34 @@ class Client(ClientBase[httpx.Client]):
         """Polls (after `poll` seconds, 1.5x longer each time up to `max_poll`) until the job
         is terminal and returns it; raises WaitTimeout after `timeout` seconds."""
         return self._run(self._ops.wait(job_id, timeout, poll, max_poll))
+
+    # -- sweeps -------------------------------------------------------------------------------
+
+    def sweep(self, spec: sweeps.SweepInput) -> dict[str, Any]:
+        """Starts a sweep (a SweepSpec, a dict, or a YAML file's path): Optuna trials run as
+        jobs. A spec that cannot be valid raises SpecError before any request."""
+        return self._run(sweeps.create(self._ops.send, spec))
+
+    def get_sweep(self, sweep_id: str) -> dict[str, Any]:
+        """The sweep with its trials, best trial (or Pareto front) and precision report."""
+        return self._run(sweeps.get(self._ops.send, sweep_id))
+
+    def sweeps(self, project: str | None = None) -> list[dict[str, Any]]:
+        return self._run(sweeps.listing(self._ops.send, project))
+
+    def cancel_sweep(self, sweep_id: str) -> dict[str, Any]:
+        """No new trial; its trials not yet ended are cancelled."""
+        return self._run(sweeps.cancel(self._ops.send, sweep_id))
+
+    def wait_sweep(
+        self,
+        sweep_id: str,
+        timeout: float | None = None,
+        poll: float = 1.0,
+        on_poll: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Polls until the sweep ended; `on_poll(sweep)` sees each read (a live table)."""
+        return self._run(sweeps.wait(self._ops.send, sweep_id, timeout, poll, on_poll))
 
     # -- what a job reports -------------------------------------------------------------------
 
