@@ -61,6 +61,9 @@ def advance_sweeps(session: Session, now: datetime) -> int:
 
 
 def _advance(session: Session, sweep: Sweep, now: datetime) -> int:
+    # The sweep's row lock: a cancel committed meanwhile is seen here, and one that comes
+    # later waits for this pass's trials, which it then cancels too.
+    session.refresh(sweep, with_for_update=True)
     spec = SweepSpec.model_validate(sweep.spec)
     trials = list(
         session.scalars(

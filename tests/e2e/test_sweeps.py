@@ -4,12 +4,14 @@ that diverges, and the best trial is at least as good as the recipe's defaults."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support.factories import job_spec
-from tests.support.fleet import Fleet
+from tests.support.fleet import Fleet, fleet_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -113,3 +115,29 @@ def test_a_diverging_trial_is_pruned_for_its_numerics(fleet: Fleet) -> None:
     events = fleet.events(trial["job_id"])
     (pruned,) = [e for e in events if e["reason"] == "pruned"]
     assert pruned["message"] == trial["reason"]
+
+
+def test_the_cli_starts_and_follows_a_sweep(fleet: Fleet, tmp_path: Path) -> None:
+    spec = {
+        "base": base(stop={"max_steps": 20}, eval_every_steps=10),
+        "space": {"precision": {"type": "categorical", "choices": ["fp32", "bf16"]}},
+        "objectives": [
+            {"metric": "val_accuracy", "direction": "maximize"},
+            {"metric": "samples_per_s", "direction": "maximize", "reduce": "mean"},
+        ],
+        "sampler": {"type": "grid"},
+        "budget": {"max_trials": 5, "max_concurrent": 2},  # the grid has 2 points
+    }
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    result = fleet_cli(fleet, "sweep", "sweep.yaml", "--follow", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "precision report" in result.stdout
+    (listed,) = fleet.http.get("/v1/sweeps").json()["items"]
+    sweep = fleet.http.get(f"/v1/sweeps/{listed['id']}").json()
+    assert sweep["state"] == "SUCCEEDED"
+    assert sorted(t["params"]["precision"] for t in sweep["trials"]) == ["bf16", "fp32"]
+    assert sweep["best_trial"] is None  # two objectives: the Pareto front instead
+    assert 1 <= len(sweep["pareto_front"]) <= 2
+    status = fleet_cli(fleet, "sweep-status", listed["id"], cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert f"sweep {listed['id']} SUCCEEDED" in status.stdout
