@@ -8,7 +8,8 @@ that restarts rebuilds the same history; a trial is never lost or asked twice.
 
 Samplers are reseeded per trial number (the sweep's seed plus the number): a study rebuilt
 from the same history asks the same trial again, so a fresh sampler with the sweep's seed
-alone would repeat its first choice on every pass.
+alone would repeat its first choice on every pass. The grid sampler is the exception: it
+takes the grid's points in the order of one shuffle by the sweep's seed.
 """
 
 from __future__ import annotations
@@ -87,7 +88,9 @@ def sampler(spec: SweepSpec, number: int) -> optuna.samplers.BaseSampler:
                 space[name] = list(dimension.choices)
             elif isinstance(dimension, IntRange):
                 space[name] = list(range(dimension.low, dimension.top + 1, dimension.step))
-        return optuna.samplers.GridSampler(space, seed=seed)
+        # Not reseeded: the grid's order is a shuffle by its seed, and trial n takes point
+        # n of it, so every pass must shuffle alike.
+        return optuna.samplers.GridSampler(space, seed=spec.sampler.seed)
     if kind is SamplerKind.NSGAII:
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=_population(spec))
     # A few random trials first, fewer than Optuna's 10 for sweeps of a dozen trials.
