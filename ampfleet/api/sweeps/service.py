@@ -25,10 +25,10 @@ from ampfleet.api.sweeps.schemas import (
     SweepSummary,
     TrialOut,
 )
-from ampfleet.core import job_creation
+from ampfleet.core import goodput, job_creation
 from ampfleet.core.cancelling import request_cancel
 from ampfleet.core.ids import new_id
-from ampfleet.core.models import Project, Sweep, SweepTrial, utcnow
+from ampfleet.core.models import Job, Project, Sweep, SweepTrial, utcnow
 from ampfleet.core.spec import JobSpec
 from ampfleet.core.sweep_spec import SweepSpec, SweepState, TrialState, apply_params, corner_points
 
@@ -153,6 +153,7 @@ def detail(session: Session, sweep: Sweep) -> SweepOut:
     counts: dict[str, int] = {}
     for trial in trials:
         counts[trial.state] = counts.get(trial.state, 0) + 1
+    _settle_slot_seconds(session, trials)
     top = results.best(trials, spec.objectives) if len(spec.objectives) == 1 else None
     slot_s = {
         "total": sum(float(t.measures.get("slot_s") or 0) for t in trials),
@@ -180,6 +181,18 @@ def detail(session: Session, sweep: Sweep) -> SweepOut:
         updated_at=sweep.updated_at,
         finished_at=sweep.finished_at,
     )
+
+
+def _settle_slot_seconds(session: Session, trials: list[SweepTrial]) -> None:
+    """Each trial's slot-seconds as its job's goodput says now (not stored): a pruned trial
+    holds its slots until its ranks have stopped, after the controller recorded it. Each row
+    is expunged first, so the figure is never written back."""
+    for trial in trials:
+        job = session.get(Job, trial.job_id) if trial.job_id else None
+        if job is not None:
+            held = round(goodput.of_job(session, job).allocated_slot_s, 3)
+            session.expunge(trial)
+            trial.measures = {**trial.measures, "slot_s": held}
 
 
 def trial_out(trial: SweepTrial) -> TrialOut:
