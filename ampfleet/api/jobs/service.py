@@ -29,6 +29,7 @@ from ampfleet.api.goodput import goodput_out
 from ampfleet.api.jobs import eta, idempotency, repository
 from ampfleet.api.jobs.init_from import resolve_init_from
 from ampfleet.api.jobs.inputs import check_for_recipe, resolve_inputs
+from ampfleet.api.jobs.node_shapes import recent_node_shapes
 from ampfleet.api.jobs.schemas import (
     JobOut,
     JobPage,
@@ -41,7 +42,7 @@ from ampfleet.api.pagination import decode_cursor, encode_cursor
 from ampfleet.core import goodput, tracing
 from ampfleet.core.cancelling import request_cancel
 from ampfleet.core.custom_code import custom_code_allowed, custom_code_refusal
-from ampfleet.core.fleet import fits_fleet, job_request_of, matches
+from ampfleet.core.fleet import NodeView, fits_fleet, job_request_of, matches
 from ampfleet.core.ids import new_id
 from ampfleet.core.lifecycle import Transition, record_event, record_transitions
 from ampfleet.core.memory import job_rank_memory, memory_refusal
@@ -144,15 +145,11 @@ def request_fingerprint(spec: JobSpec) -> str:
 def admit(session: Session, spec: JobSpec, resolved: Mapping[str, Any]) -> None:
     """Refuse what can never run on the fleet as registered (its shape, or its ranks' memory
     on every node that could host it), or what is over its queue quota."""
-    request, nodes = job_request_of(spec), repository.node_shapes(session)
-    refusal = fits_fleet(request, nodes)
-    if refusal:
-        raise UnprocessableError.for_field("resources", refusal)
-    if spec.recipe is not None:  # a bundled model's size is known only on the worker
-        need = job_rank_memory(resolved)
-        refusal = memory_refusal(need, (node for node in nodes if matches(request, node)))
-        if refusal:
-            raise UnprocessableError.for_field("hyperparameters", refusal)
+    refusal = fleet_refusal(spec, resolved, recent_node_shapes.get(session))
+    if refusal is not None:  # refused on a list up to a second old: decide on today's
+        refusal = fleet_refusal(spec, resolved, recent_node_shapes.refresh(session))
+    if refusal is not None:
+        raise UnprocessableError.for_field(*refusal)
     project = session.get(Project, spec.project)
     if project is not None and project.max_queued_jobs is not None:
         # Count and insert under the project's row lock, held until the submit commits:
@@ -166,6 +163,22 @@ def admit(session: Session, spec: JobSpec, resolved: Mapping[str, Any]) -> None:
                 f"project {spec.project} has {queued} queued jobs, its limit is "
                 f"{project.max_queued_jobs}; retry when some have started"
             )
+
+
+def fleet_refusal(
+    spec: JobSpec, resolved: Mapping[str, Any], nodes: Sequence[NodeView]
+) -> tuple[str, str] | None:
+    """(field, why) where no node of `nodes` could ever run the job, else None."""
+    request = job_request_of(spec)
+    refusal = fits_fleet(request, nodes)
+    if refusal:
+        return "resources", refusal
+    if spec.recipe is not None:  # a bundled model's size is known only on the worker
+        need = job_rank_memory(resolved)
+        refusal = memory_refusal(need, (node for node in nodes if matches(request, node)))
+        if refusal:
+            return "hyperparameters", refusal
+    return None
 
 
 def earlier_submit(session: Session, spec: JobSpec, idempotency_key: str) -> Job | None:
