@@ -73,7 +73,7 @@ lint: install-dev
 	$(BIN)/mypy ampfleet
 
 test: lint ui-deps metrics-deps sandbox-deps services-deps
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_FLAGS)
+	$(BIN)/python -m pytest -m "not slow" --durations=25 $(PYTEST_FLAGS)
 
 test-all: lint ui-deps metrics-deps sandbox-deps services-deps
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)

@@ -1,10 +1,13 @@
-"""API throughput under 32 concurrent clients: ours against a bare FastAPI echo endpoint.
+"""API throughput under concurrent clients: ours against a bare FastAPI app doing the same
+database work (bench/bare_app.py), and against a bare echo endpoint for scale.
 
-    python -m bench.api [--seconds 8] [--rounds 3] [--clients 32]
+    python -m bench.api [--seconds 8] [--rounds 3] [--clients 20]
 
-Both run under uvicorn (one process, the same settings), ours on PostgreSQL + Redis with
-API-key auth; the same load generator drives both, interleaved, in one run. Figures are
-medians over rounds: requests/s and p99 latency of POST /v1/jobs and GET /v1/jobs/{id}.
+All run under uvicorn (one process, the same settings) on the same PostgreSQL database, ours
+with Redis, API-key auth and its per-key rate limit; the same load generator drives each,
+interleaved, in one run. Figures are medians over rounds: requests/s and p50/p99 latency of
+POST /v1/jobs and GET /v1/jobs/{id}. The ratio that matters is ours / bare: the same
+statements, so what is left is what ours adds.
 """
 
 from __future__ import annotations
@@ -64,8 +67,8 @@ async def load(
     seconds: float,
     request: Callable[[httpx.AsyncClient, int], object],
     headers: dict[str, str],
-) -> tuple[float, float]:
-    """(requests/s, p99 seconds) of `clients` loops sending `request` for `seconds`."""
+) -> tuple[float, float, float]:
+    """(requests/s, p50 seconds, p99 seconds) of `clients` loops sending `request` for `seconds`."""
     latencies: list[float] = []
     deadline = time.perf_counter() + seconds
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
@@ -84,17 +87,21 @@ async def load(
         await asyncio.gather(*(loop() for _ in range(clients)))
         elapsed = time.perf_counter() - started
     latencies.sort()
-    return len(latencies) / elapsed, nearest_rank(latencies, 0.99)
+    return (
+        len(latencies) / elapsed,
+        nearest_rank(latencies, 0.5),
+        nearest_rank(latencies, 0.99),
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--clients", type=int, default=20)
     args = parser.parse_args()
     spec = job_spec(stop={"max_steps": 10})
-    results: dict[str, list[tuple[float, float]]] = {}
+    results: dict[str, list[tuple[float, float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp, fresh_postgres_database("ampfleet_bench") as db:
         env = {
             "AMPFLEET_DATABASE_URL": db,
@@ -121,14 +128,19 @@ def main() -> None:
         uvicorn = ["uvicorn", "--log-level", "warning", "--no-access-log"]
         with (
             server([*uvicorn, "--factory", "ampfleet.api.app:create_app"], env) as ours,
+            server([*uvicorn, "bench.bare_app:app"], env) as bare,
             server([*uvicorn, "bench.echo_app:app"], {}) as echo,
         ):
             auth = {"Authorization": f"Bearer {key}"}
             job_id = httpx.post(ours + "/v1/jobs", json=spec, headers=auth).json()["id"]
             cases = {
                 "POST ours": (ours, lambda c: c.post("/v1/jobs", json=spec), auth),
+                "POST bare": (bare, lambda c: c.post("/bare/jobs", json=spec), auth),
+                "POST lean": (bare, lambda c: c.post("/lean/jobs", json=spec), auth),
                 "POST echo": (echo, lambda c: c.post("/echo", json=spec), {}),
                 "GET ours": (ours, lambda c: c.get(f"/v1/jobs/{job_id}"), auth),
+                "GET bare": (bare, lambda c: c.get(f"/bare/jobs/{job_id}"), auth),
+                "GET lean": (bare, lambda c: c.get(f"/lean/jobs/{job_id}"), auth),
                 "GET echo": (echo, lambda c: c.get(f"/echo/{job_id}"), {}),
             }
             for _ in range(args.rounds):
@@ -140,16 +152,22 @@ def main() -> None:
         f"{args.clients} concurrent clients, {args.seconds:g} s per case, "
         f"median of {args.rounds} rounds"
     )
-    print(f"{'':10} {'req/s':>8} {'p99 ms':>8}")
+    print(f"{'':10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
     median = {
-        n: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v))
-        for n, v in results.items()
+        n: tuple(statistics.median(r[i] for r in v) for i in range(3)) for n, v in results.items()
     }
-    for name, (rate, p99) in median.items():
-        print(f"{name:10} {rate:>8.0f} {p99 * 1000:>8.1f}")
+    for name, (rate, p50, p99) in median.items():
+        print(f"{name:10} {rate:>8.0f} {p50 * 1000:>8.1f} {p99 * 1000:>8.1f}")
     for verb in ("POST", "GET"):
-        ratio = median[f"{verb} ours"][0] / median[f"{verb} echo"][0]
-        print(f"{verb}: ours / bare echo = {ratio:.2f}x requests/s")
+        for baseline, what in (("bare", "what it needs, plainly"), ("lean", "ours' statements")):
+            pairs = zip(results[f"{verb} ours"], results[f"{verb} {baseline}"], strict=True)
+            rounds = [ours_round[0] / other[0] for ours_round, other in pairs]
+            print(
+                f"{verb}: ours / {baseline} ({what}) = "
+                f"{median[f'{verb} ours'][0] / median[f'{verb} {baseline}'][0]:.2f}x requests/s"
+                f" (rounds: {', '.join(f'{r:.2f}' for r in rounds)})"
+            )
+        print(f"{verb}: ours / echo = {median[f'{verb} ours'][0] / median[f'{verb} echo'][0]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from ampfleet.api.errors import (
     NotFoundError,
     TooManyRequestsError,
 )
+from ampfleet.api.key_cache import VerifiedKey, verified_keys
 from ampfleet.api.ratelimit import buckets_for
 from ampfleet.core.db import get_read_sessionmaker, session_scope, unit_of_work
 from ampfleet.core.keys import verify
@@ -111,23 +112,35 @@ def current_principal(
     if not presented:
         raise UnauthorizedError("an API key is required: Authorization: Bearer <key>")
     settings = get_settings()
-    # A key is only read: on SQLite a write session would take the one write lock.
-    with unit_of_work(get_read_sessionmaker()) as session:
-        row = verify(session, presented, settings.secret_key)
-    if row is None:
+    key = verified_keys.get(presented) or _verified(presented)
+    if key is None:
         _limit_wrong_keys(request)
         raise UnauthorizedError("the API key is not valid or has been revoked")
     buckets = buckets_for(settings.effective_broker_url, settings.redis_key_prefix)
-    wait = buckets.take(row.id, settings.rate_limit_per_s, settings.rate_limit_burst)
+    wait = buckets.take(key.id, settings.rate_limit_per_s, settings.rate_limit_burst)
     if wait:
         raise TooManyRequestsError(
             f"rate limit of {settings.rate_limit_per_s:g} requests/s for this key",
             retry_after_s=retry_after(wait),
         )
     now = utcnow()
-    if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
-        background.add_task(_note_use_apart, row.id, now)  # at most once a minute per key
-    return Principal(key_id=row.id, project=row.project, role=Role(row.role))
+    if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
+        background.add_task(_note_use_apart, key.id, now)  # at most once a minute per key
+        verified_keys.noted_use(presented, now)
+    return Principal(key_id=key.id, project=key.project, role=Role(key.role))
+
+
+def _verified(presented: str) -> VerifiedKey | None:
+    """The key's row checked in the database, remembered for a moment if it verified."""
+    settings = get_settings()
+    # A key is only read: on SQLite a write session would take the one write lock.
+    with unit_of_work(get_read_sessionmaker()) as session:
+        row = verify(session, presented, settings.secret_key)
+    if row is None:
+        return None
+    key = VerifiedKey(id=row.id, project=row.project, role=row.role, last_used_at=row.last_used_at)
+    verified_keys.put(presented, key, settings.key_cache_ttl_s)
+    return key
 
 
 def retry_after(wait_s: float) -> int:

@@ -103,6 +103,10 @@ def settle_before(session: Session, job_id: str, attempt: int, resumed: int) -> 
 
 
 def of_job(session: Session, job: Job) -> Goodput:
+    if job.scheduled_at is None and job.attempt == 0:
+        # Never placed: it holds no allocation and no attempt was accounted; a queued job's
+        # GET, the most polled of all, skips the two reads.
+        return _total((), (), {job.id: (job.created_at, job.finished_at)}, utcnow())[job.id]
     allocations, usage = _rows(session, Allocation.job_id == job.id, AttemptUsage.job_id == job.id)
     lifetimes = {job.id: (job.created_at, job.finished_at)}
     return _total(allocations, usage, lifetimes, utcnow())[job.id]

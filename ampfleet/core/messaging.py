@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
@@ -102,8 +103,17 @@ def flush_wake_ups(timeout_s: float = 10.0) -> None:
         _waker.submit(lambda: None).result(timeout=timeout_s)
 
 
+WAKE_GAP_S = 0.05
+"""At most one wake-up per 50 ms: under a burst of submits one placement pass serves many
+(the scheduler reads every pending job), so a message per request only costs the API
+process a broker round trip each."""
+_last_wake = [0.0]
+
+
 def _send_wake() -> None:
+    time.sleep(max(0.0, _last_wake[0] + WAKE_GAP_S - time.monotonic()))  # the others ride along
     _wake_pending.clear()  # later wake-ups need a message of their own: this one is leaving
+    _last_wake[0] = time.monotonic()
     try:
         with get_celery().producer_or_acquire() as producer:
             producer.publish(

@@ -55,6 +55,13 @@ class Settings(BaseSettings):
     )
     stream_poll_s: float = Field(0.5, gt=0, description="How often live streams look for news.")
     rate_limit_per_s: float = Field(50.0, gt=0, description="Requests per second per key.")
+    key_cache_ttl_s: float = Field(
+        2.0,
+        ge=0,
+        le=60,
+        description="How long an API process remembers a key that verified (0: never); a key "
+        "revoked through another API process works there for at most this long.",
+    )
     rate_limit_burst: float = Field(200.0, ge=1, description="Requests a key may burst.")
     auth_failure_rate_per_s: float = Field(
         1.0, gt=0, description="Requests with a wrong key per second per client address."

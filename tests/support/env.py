@@ -11,6 +11,8 @@ import psycopg
 from kombu.transport import filesystem
 from sqlalchemy import text
 
+from ampfleet.api.jobs.node_shapes import recent_node_shapes
+from ampfleet.api.key_cache import verified_keys
 from ampfleet.core import db, messaging, recipes, settings
 from ampfleet.core.migrate import upgrade
 from ampfleet.core.models import Base
@@ -23,6 +25,8 @@ def reset_caches() -> None:
     # process has one broker folder): a binding declared in an earlier test's folder would
     # make it skip writing the binding into this one's, and messages would route nowhere.
     filesystem.Transport.global_state.clear()
+    verified_keys.clear()
+    recent_node_shapes.clear()
     for cached in (
         settings.get_settings,
         db.get_engine,
@@ -76,7 +80,10 @@ TABLES = tuple(table.name for table in reversed(Base.metadata.sorted_tables))
 
 
 def empty_tables() -> None:
-    """Empties every table of the configured database, between tests."""
+    """Empties every table of the configured database, between tests, and what this
+    process remembers of their rows."""
+    verified_keys.clear()
+    recent_node_shapes.clear()
     engine = db.get_engine()
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":

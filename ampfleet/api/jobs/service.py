@@ -28,6 +28,7 @@ from ampfleet.api.goodput import goodput_out
 from ampfleet.api.jobs import eta, idempotency, repository
 from ampfleet.api.jobs.init_from import resolve_init_from
 from ampfleet.api.jobs.inputs import check_for_recipe, resolve_inputs
+from ampfleet.api.jobs.node_shapes import recent_node_shapes
 from ampfleet.api.jobs.schemas import (
     JobOut,
     JobPage,
@@ -125,7 +126,12 @@ def admit(session: Session, spec: JobSpec, resolved: Mapping[str, Any]) -> None:
     """Refuse what can never run on the fleet as registered (its shape, or its ranks' memory
     on every node that could host it), or what is over its queue quota."""
     try:
-        job_creation.admit(session, spec, resolved)
+        try:
+            job_creation.check_fits(session, spec, resolved, recent_node_shapes.get(session))
+        except job_creation.AdmissionRefusedError:
+            # Refused on a list up to a second old: decide on today's.
+            job_creation.check_fits(session, spec, resolved, recent_node_shapes.refresh(session))
+        job_creation.check_queue_quota(session, spec.project)
     except job_creation.AdmissionRefusedError as refusal:
         raise http_refusal(refusal) from None
 

@@ -3,10 +3,12 @@ commits; the key itself is shown once, at creation, and stored hashed (core/keys
 
 from __future__ import annotations
 
+from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import ForbiddenError, Principal, ProjectScope
 from ampfleet.api.errors import ConflictError, NotFoundError
+from ampfleet.api.key_cache import verified_keys
 from ampfleet.api.keys import repository
 from ampfleet.api.keys.schemas import CreatedKey, KeyIn, KeyList, KeyOut
 from ampfleet.core.keys import create_key
@@ -49,7 +51,8 @@ def listing(session: Session, scope: ProjectScope) -> KeyList:
 
 
 def revoke(session: Session, key_id: str, principal: Principal) -> None:
-    """It stops working at once; revoking twice is harmless."""
+    """It stops working at once on this API process, and within `key_cache_ttl_s` on the
+    others (api/key_cache.py); revoking twice is harmless."""
     row = repository.get(session, key_id)
     if row is None:
         raise NotFoundError(f"key {key_id} not found")
@@ -60,3 +63,6 @@ def revoke(session: Session, key_id: str, principal: Principal) -> None:
     if row.revoked_at is None:
         row.revoked_at = utcnow()
         session.flush()
+    # Forgotten once the revocation is committed: a request verifying the key before then
+    # would remember it again, for the TTL.
+    event.listen(session, "after_commit", lambda _: verified_keys.forget(key_id), once=True)

@@ -16,6 +16,7 @@ from ampfleet.api.errors import ConflictError, NotFoundError, UnprocessableError
 from ampfleet.api.jobs import service as jobs
 from ampfleet.api.jobs.init_from import resolve_init_from
 from ampfleet.api.jobs.inputs import resolve_inputs
+from ampfleet.api.jobs.node_shapes import recent_node_shapes
 from ampfleet.api.pagination import decode_cursor, encode_cursor
 from ampfleet.api.sweeps import repository, results
 from ampfleet.api.sweeps.schemas import (
@@ -44,7 +45,7 @@ def create(session: Session, spec: SweepSpec) -> Sweep:
     resolved["inputs"] = resolve_inputs(session, spec.project, base.inputs)
     resolved["init_from"] = resolve_init_from(session, base)
     _check_concurrency(session, spec)
-    nodes = job_creation.node_shapes(session)
+    nodes = recent_node_shapes.refresh(session)  # read once for every corner
     raw_base = base.model_dump(mode="json", exclude_unset=True)
     for point in corner_points(spec):
         trial = _trial_spec(raw_base, point)
