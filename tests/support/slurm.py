@@ -15,6 +15,7 @@ Every daemon is stopped on `close()`, at the end of the `with`, and at exit.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pwd
 import secrets
@@ -79,7 +80,11 @@ class SlurmCluster:
 
     def command(self, *args: str) -> str:
         done = subprocess.run(
-            [_which(args[0]), *args[1:]], env=self.env(), capture_output=True, text=True
+            [_which(args[0]), *args[1:]],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
@@ -120,12 +125,12 @@ class SlurmCluster:
 
 def _stop_leftover_steps(root: Path) -> None:
     """slurmstepd outlives a stopped slurmd; end the ones of this cluster's spool."""
-    done = subprocess.run(["pgrep", "-f", f"slurmstepd.*{root}"], capture_output=True, text=True)
+    done = subprocess.run(
+        ["pgrep", "-f", f"slurmstepd.*{root}"], capture_output=True, text=True, check=False
+    )
     for pid in done.stdout.split():
-        try:
+        with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), 9)
-        except (ProcessLookupError, ValueError):
-            pass
 
 
 _started: list[SlurmCluster] = []
@@ -140,8 +145,21 @@ def _stop_all() -> None:
 def start_cluster(
     nodes: int = 2, *, extra_env: dict[str, str] | None = None, rest_as_root: bool = True
 ) -> SlurmCluster:
-    """Start a cluster; `nodes` node daemons where the build allows, else one with every CPU.
-    `extra_env`: variables the node daemons (and so the jobs' steps) inherit.
+    """`nodes` node daemons on this machine (`slurmd -N`); where this build of slurmd cannot
+    run several, one node with every CPU. See `_start_cluster` for the rest."""
+    try:
+        return _start_cluster(nodes, extra_env=extra_env, rest_as_root=rest_as_root)
+    except RuntimeError:
+        if nodes == 1:
+            raise
+    return _start_cluster(1, extra_env=extra_env, rest_as_root=rest_as_root)
+
+
+def _start_cluster(
+    nodes: int, *, extra_env: dict[str, str] | None = None, rest_as_root: bool = True
+) -> SlurmCluster:
+    """Start a cluster of `nodes` node daemons. `extra_env`: variables the node daemons
+    (and so the jobs' steps) inherit.
 
     `rest_as_root`: slurmrestd with local auth submits as its own uid, and jobs run as the
     user who submitted them. 22.05's controller has no JWT plugin (auth/jwt is not packaged),
@@ -154,10 +172,8 @@ def start_cluster(
     root = Path(tempfile.mkdtemp(prefix="slurm-"))
     root.chmod(0o755)
     cpus = os.cpu_count() or 1
-    names = [f"node{i + 1}" for i in range(nodes)] if nodes > 1 and _multiple_slurmd() else []
-    cpus_per_node = max(cpus // len(names), 1) if names else cpus
-    if not names:
-        names = ["node1"]
+    names = [f"node{i + 1}" for i in range(nodes)]
+    cpus_per_node = max(cpus // nodes, 1)
     rest_dir = root / "rest"
     rest_dir.mkdir()
     slurm = pwd.getpwnam("slurm")
@@ -191,15 +207,6 @@ def start_cluster(
         _started.remove(cluster)
         raise RuntimeError(f"the Slurm cluster did not start ({error}):\n{log}") from None
     return cluster
-
-
-def _multiple_slurmd() -> bool:
-    """Whether this slurmd build runs several daemons on one host (`slurmd -N`)."""
-    done = subprocess.run([_which("slurmd"), "-C"], capture_output=True, text=True)
-    if done.returncode != 0:
-        return False
-    probe = subprocess.run([_which("slurmd"), "-h"], capture_output=True, text=True, check=False)
-    return "-N" in probe.stdout + probe.stderr
 
 
 def _write_config(cluster: SlurmCluster) -> None:
@@ -293,16 +300,12 @@ class _Adopted:
         return None
 
     def terminate(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, 15)
-        except ProcessLookupError:
-            pass
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, 9)
-        except ProcessLookupError:
-            pass
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = time.monotonic() + (timeout or 30)
