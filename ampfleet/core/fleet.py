@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from ampfleet.core.backends import matches_backend
 from ampfleet.core.models import Node
 from ampfleet.core.spec import JobSpec
 
@@ -59,6 +60,8 @@ def matches(job: JobRequest, node: NodeView) -> bool:
     ):
         return False
     if job.min_gpu_memory_mb and (node.gpu_memory_mb or 0) < job.min_gpu_memory_mb:
+        return False
+    if not matches_backend(node.labels, job.selector):
         return False
     return all(node.labels.get(k) == v for k, v in job.selector.items())
 

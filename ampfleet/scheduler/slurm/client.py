@@ -26,7 +26,11 @@ _PATH_VERSION = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
 
 
 class SlurmError(RuntimeError):
-    """slurmrestd answered with an error, or could not be reached."""
+    """slurmrestd answered with an error, or could not be reached (`refused` False)."""
+
+    def __init__(self, message: str, *, refused: bool = True) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class SlurmNode:
     memory_mb: int
     partitions: tuple[str, ...]
     reason: str = ""
+    address: str = ""
 
 
 @dataclass(frozen=True)
@@ -195,7 +200,9 @@ class SlurmClient:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as error:
-            raise SlurmError(f"slurmrestd unreachable: {type(error).__name__}: {error}") from error
+            raise SlurmError(
+                f"slurmrestd unreachable: {type(error).__name__}: {error}", refused=False
+            ) from error
         try:
             body = response.json()
         except ValueError:
@@ -206,7 +213,10 @@ class SlurmClient:
                 "; ".join(str(e.get("error") or e.get("description") or e) for e in errors)
                 or response.text[:300]
             )
-            raise SlurmError(f"{method} {path}: HTTP {response.status_code}: {described}")
+            raise SlurmError(
+                f"{method} {path}: HTTP {response.status_code}: {described}",
+                refused=response.status_code < 500 or bool(errors),
+            )
         return body if isinstance(body, dict) else {}
 
     # -- the two schemas ------------------------------------------------------------------
@@ -292,6 +302,7 @@ def _node(raw: Mapping[str, Any]) -> SlurmNode:
         memory_mb=_number(raw.get("real_memory")) or 0,
         partitions=tuple(raw.get("partitions") or ()),
         reason=str(raw.get("reason", "") or ""),
+        address=str(raw.get("address", "") or ""),
     )
 
 
