@@ -50,6 +50,11 @@ def backend_queue_prefix() -> str:
     return _BACKEND_QUEUE_PREFIX
 
 
+def pool_node_id(pool: str, node: str) -> str:
+    """The `nodes` row of a backend's node: its pool and the cluster's name for it."""
+    return f"{pool}-{node}"
+
+
 def matches_backend(node_labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
     """An ampfleet node hosts any job; a backend's node only jobs that name its pool."""
     if node_labels.get(BACKEND_LABEL, NODES_BACKEND) == NODES_BACKEND:

@@ -7,6 +7,8 @@ Slurm job runs. A pool's nodes are named after the pool and the Slurm node.
 
 from __future__ import annotations
 
+from ampfleet.core.backends import pool_node_id
+
 BACKEND = "slurm"
 JOB_NAME_PREFIX = "ampfleet-"
 
@@ -23,6 +25,5 @@ def parse_job_name(name: str) -> tuple[str, int] | None:
     return (job_id, int(attempt)) if job_id and attempt.isdigit() else None
 
 
-def node_id(pool: str, slurm_node: str) -> str:
-    """The `nodes` row of a Slurm node of `pool`."""
-    return f"{pool}-{slurm_node}"
+node_id = pool_node_id
+"""The `nodes` row of a Slurm node of a pool."""
