@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from ampfleet.core.backends import matches_backend
+from ampfleet.core.backends import POOL_LABEL, matches_backend
 from ampfleet.core.models import Node
 from ampfleet.core.spec import JobSpec
 
@@ -84,7 +84,7 @@ def fits_fleet(job: JobRequest, nodes: Sequence[NodeView]) -> str | None:
         return None
     matching = [n for n in nodes if matches(job, n)]
     if not matching:
-        return f"no registered node matches {describe_constraints(job)}"
+        return f"no registered node matches {describe_constraints(job)}" + backend_hint(nodes)
     largest = max(n.slots for n in matching)
     if job.total_procs is not None:
         return _total_refusal(job.total_procs, matching, largest)
@@ -98,6 +98,15 @@ def fits_fleet(job: JobRequest, nodes: Sequence[NodeView]) -> str | None:
         f"requested {count} nodes with {per_node} slots each; only {big_enough} matching "
         f"node(s) have that many (the largest has {largest})"
     )
+
+
+def backend_hint(nodes: Sequence[NodeView]) -> str:
+    """Why a backend's nodes did not count: they take only jobs that name their pool."""
+    pools = sorted({n.labels[POOL_LABEL] for n in nodes if not matches_backend(n.labels, {})})
+    if not pools:
+        return ""
+    named = ", ".join(f"pool: {p}" for p in pools)
+    return f" (a compute backend's nodes take only jobs whose resources.selector names {named})"
 
 
 def _total_refusal(wanted: int, matching: Sequence[NodeView], largest: int) -> str | None:
