@@ -78,7 +78,9 @@ class Scheduler:
             relay_outbox(session)
         if self.slurm is not None:
             with session_scope() as session:
-                self.slurm.relay_starts(session)
+                # Under the lock too: two schedulers' look-up-then-submit must not interleave.
+                if self._take_lock(session):
+                    self.slurm.relay_starts(session)
         return placed
 
     def _take_lock(self, session: Session) -> bool:

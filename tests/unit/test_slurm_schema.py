@@ -97,3 +97,23 @@ def test_a_v0_0_40_job_and_node_read_like_a_v0_0_38_one() -> None:
         }
     )
     assert (node.state, node.gpus, node.cpus) == ("idle+drain", 4, 64)
+
+
+def test_a_backends_node_hosts_only_jobs_that_name_its_pool() -> None:
+    from ampfleet.core.backends import matches_backend
+
+    slurm = {"backend": "slurm", "pool": "hpc"}
+    assert matches_backend({}, {})
+    assert matches_backend({"pool": "gpu"}, {})  # an ampfleet node with a pool label
+    assert not matches_backend(slurm, {})
+    assert not matches_backend(slurm, {"pool": "other"})
+    assert matches_backend(slurm, {"pool": "hpc"})
+
+
+def test_job_names_read_back_as_job_and_attempt() -> None:
+    from ampfleet.scheduler.slurm.names import parse_job_name, slurm_job_name
+
+    name = slurm_job_name("job_01jabc-x", 3)
+    assert parse_job_name(name) == ("job_01jabc-x", 3)
+    assert parse_job_name("someone-elses-job") is None
+    assert parse_job_name("ampfleet-job_1-") is None
