@@ -1,15 +1,16 @@
 """A real Slurm cluster of the test's own: munge, slurmctld, slurmd(s) and slurmrestd.
 
 Started from Debian's packages (`make slurm-deps`), nothing installed or configured
-system-wide: a generated slurm.conf, its own munge key and socket, its own JWT key, state and
-spool folders, all in one temporary folder, on free ports. The controller and the node
-daemons run as root (SlurmUser=root, so jobs may run as root, as the node agent does); the
-REST daemon refuses root and runs as the `slurm` user on a unix socket, taking JWT tokens
-(`scontrol token`), which is how an operator would give ampfleet a service identity.
+system-wide: a generated slurm.conf and cgroup.conf, its own munge daemon, key and socket,
+state and spool folders, all in one temporary folder, on free ports. The controller and the
+node daemons run as root (SlurmUser=root), so that jobs may run as root, as an ampfleet node
+agent does. slurmrestd listens on a unix socket with local auth (`start_cluster` says why
+not JWT, and as which user it runs); nothing listens beyond loopback.
 
-Two node daemons on one machine need Slurm's multiple-slurmd build; where `slurmd -N` is
-refused the cluster is one node with every CPU (`SlurmCluster.node_names` says which).
-Every daemon is stopped on `close()`, at the end of the `with`, and at exit.
+Two node daemons on one machine (`slurmd -N node1`, `-N node2`, each on its own port) give
+a real 2-node allocation; where they cannot start, the cluster is one node with every CPU
+(`SlurmCluster.node_names` says which). Every daemon is stopped on `close()`, at the end of
+the `with`, and at exit.
 """
 
 from __future__ import annotations
@@ -66,8 +67,6 @@ class SlurmCluster:
     node_names: list[str]
     cpus_per_node: int
     socket_path: Path
-    token: str
-    user: str = "root"
     _processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
@@ -183,7 +182,6 @@ def _start_cluster(
         node_names=names,
         cpus_per_node=cpus_per_node,
         socket_path=rest_dir / "slurmrestd.socket",
-        token="",
     )
     _started.append(cluster)
     try:
@@ -335,11 +333,6 @@ def _wait_nodes_idle(cluster: SlurmCluster) -> None:
             return
         time.sleep(0.3)
     raise RuntimeError("the Slurm nodes did not become idle")
-
-
-def _token(cluster: SlurmCluster) -> str:
-    out = cluster.command("scontrol", "token", f"username={cluster.user}", "lifespan=86400")
-    return out.strip().split("=", 1)[1]
 
 
 def _start_rest(
