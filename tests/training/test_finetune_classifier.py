@@ -21,7 +21,7 @@ from tests.support.checkout_recipes import use_checkout_recipes
 from tests.support.finetune_runs import classified, logs, records, run_job
 from tests.support.hf_models import HAS, HAS_NOT, letter_task, tiny_model_folder
 
-STEPS = 40
+STEPS = 24
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 LEARNING_RATE = {"lora": 1e-2, "full": 2e-3}
 
@@ -93,10 +93,7 @@ def test_a_tiny_model_learns_to_classify_and_its_merged_export_scores_the_report
     # One example at a time and unpadded against the job's padded batches in bf16: a
     # borderline example may tip, so at most one of the 64 may differ.
     assert abs(scored["accuracy"] - reported["val_accuracy"]) <= 1 / scored["examples"]
-    assert math.isclose(scored["loss"], reported["val_loss"], rel_tol=0.05, abs_tol=0.01), (
-        scored,
-        reported,
-    )
+    assert math.isclose(scored["loss"], reported["val_loss"], rel_tol=0.1), (scored, reported)
 
 
 def test_a_row_without_its_label_fails_every_rank_before_they_meet(
