@@ -1,6 +1,6 @@
 """LoRA against full fine-tuning of one Hugging Face model, and bf16 against fp32, side by side.
 
-    python -m bench.finetune                     # 2 gloo ranks, a 56.7M-parameter Llama-style model
+    python -m bench.finetune                     # 2 gloo ranks, a 57.2M-parameter Llama-style model
     python -m bench.finetune --runs 3 --steps 4 --warmup 1
     python -m bench.finetune --layers 4 --modes lora:bf16,full:bf16   # quicker, smaller
 
