@@ -193,13 +193,15 @@ def main() -> None:
     baseline = rows[modes[0]]
     print(
         f"{'method':>6} {'precision':>9} {'trains':>10} {'peak MB/rank':>12} {'range':>13} "
-        f"{'steps/s':>8} {'reduced B/step':>15} {'memory':>7} {'speed':>7}"
+        f"{'steps/s':>8} {'range':>11} {'reduced B/step':>15} {'memory':>7} {'speed':>7}"
     )
     for mode in modes:
         row, peaks = rows[mode], [r["peak_mb"] for r in runs[mode]]
+        speeds = [1 / r["step_s"] for r in runs[mode]]
         print(
             f"{mode[0]:>6} {mode[1]:>9} {row['trainable'] / 1e6:>9.2f}M {row['peak_mb']:>12,.0f} "
             f"{f'{min(peaks):,.0f}-{max(peaks):,.0f}':>13} {1 / row['step_s']:>8.3f} "
+            f"{f'{min(speeds):.3f}-{max(speeds):.3f}':>11} "
             f"{row['allreduce_bytes']:>15,.0f} {row['peak_mb'] / baseline['peak_mb']:>6.2f}x "
             f"{baseline['step_s'] / row['step_s']:>6.2f}x"
         )
