@@ -130,3 +130,23 @@ def test_a_classifier_takes_csv_or_jsonl_and_refuses_other_data_or_no_model(
     (detail,) = refused.json()["error"]["details"]
     assert detail["field"] == "inputs.model"
     assert detail["message"].startswith("no config.json at the top of the dataset")
+
+
+def test_a_base_model_of_another_project_is_422(
+    writer: TestClient, app: FastAPI, make_key: KeyFactory
+) -> None:
+    with keyed(app, make_key("beta", "write")) as other:
+        folder(other, "their-base", MODEL_FOLDER)
+    upload(writer, b"text,label\nabd,yes\n", name="table", filename="train.csv")
+    for recipe in ("finetune-lm", "finetune-classifier"):
+        spec = {"recipe": recipe, "project": "alpha"}
+        inputs = {"model": "their-base@1", "train": "table"}
+        refused = writer.post("/v1/jobs", json={**spec, "inputs": inputs})
+        assert refused.status_code == 422, refused.text
+        (detail,) = refused.json()["error"]["details"]
+        assert detail == {
+            "field": "inputs.model",
+            "message": "version 1 of dataset their-base not found in project alpha "
+            "(POST /v1/datasets uploads one)",
+            "type": None,
+        }
