@@ -1,8 +1,9 @@
 """`finetune-classifier` on two gloo ranks in bf16 with a bf16 reduction: a tiny Llama-style
 model, made here from a config, learns whether a string holds a `d` (half of them do) by full
-fine-tuning from CSV with string labels and by LoRA from JSONL with integer labels, well
-past the majority class; the merged model, loaded in a fresh process by transformers alone,
-carries the training file's labels and scores the validation accuracy the job reported.
+fine-tuning from CSV with string labels and by LoRA from JSONL with integer labels, and a
+tiny GPT-2-style one by LoRA from CSV, well past the majority class; the merged model,
+loaded in a fresh process by transformers alone, carries the training file's labels and
+scores the validation accuracy the job reported.
 Refusals, checked where the node checks them before any rank imports torch: a folder that
 is no model, an architecture transformers builds no classifier for, a row without its
 label, a validation label the training file lacks."""
@@ -22,7 +23,10 @@ from tests.support.finetune_runs import classified, logs, records, run_job
 from tests.support.hf_models import HAS, HAS_NOT, letter_task, tiny_model_folder
 
 STEPS = 24
-ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+ALL_LINEAR = {
+    "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    "gpt2": ["c_attn", "c_proj", "c_fc"],
+}
 LEARNING_RATE = {"lora": 1e-2, "full": 2e-3}
 
 
@@ -31,7 +35,7 @@ def pythonpath(tmp_path_factory: pytest.TempPathFactory) -> str:
     return use_checkout_recipes(tmp_path_factory.mktemp("site"))
 
 
-def classifier_spec(method: str, steps: int = STEPS) -> dict[str, Any]:
+def classifier_spec(method: str, steps: int = STEPS, style: str = "llama") -> dict[str, Any]:
     hyperparameters: dict[str, Any] = {
         "method": method,
         "learning_rate": LEARNING_RATE[method],
@@ -39,7 +43,7 @@ def classifier_spec(method: str, steps: int = STEPS) -> dict[str, Any]:
         "max_seq_length": 16,
     }
     if method == "lora":
-        hyperparameters["lora"] = {"r": 8, "alpha": 16, "target_modules": ALL_LINEAR}
+        hyperparameters["lora"] = {"r": 8, "alpha": 16, "target_modules": ALL_LINEAR[style]}
     return {
         "recipe": "finetune-classifier",
         "hyperparameters": hyperparameters,
@@ -54,15 +58,20 @@ def classifier_spec(method: str, steps: int = STEPS) -> dict[str, Any]:
 
 @pytest.mark.slow  # a minute or two each on two busy cores
 @pytest.mark.parametrize(
-    ("method", "suffix", "labels"), [("full", ".csv", (HAS, HAS_NOT)), ("lora", ".jsonl", (1, 0))]
+    ("style", "method", "suffix", "labels"),
+    [
+        ("llama", "full", ".csv", (HAS, HAS_NOT)),
+        ("llama", "lora", ".jsonl", (1, 0)),
+        ("gpt2", "lora", ".csv", (HAS, HAS_NOT)),
+    ],
 )
 def test_a_tiny_model_learns_to_classify_and_its_merged_export_scores_the_reported_accuracy(
-    tmp_path: Path, pythonpath: str, method: str, suffix: str, labels: tuple[Any, Any]
+    tmp_path: Path, pythonpath: str, style: str, method: str, suffix: str, labels: tuple[Any, Any]
 ) -> None:
-    base = tiny_model_folder(tmp_path / "base")
+    base = tiny_model_folder(tmp_path / "base", style)
     train, validation = letter_task(tmp_path / "data", suffix, labels)
     inputs = {"model": base, "train": train, "validation": validation}
-    run_dir = run_job(tmp_path, classifier_spec(method), inputs, pythonpath)
+    run_dir = run_job(tmp_path, classifier_spec(method, style=style), inputs, pythonpath)
     assert run_dir.failures() == [], logs(run_dir)
     found = records(run_dir)
     assert found[-1]["kind"] == "finished", logs(run_dir)
