@@ -182,3 +182,41 @@ def test_a_folder_that_is_no_model_or_labels_that_do_not_fit_are_refused(tmp_pat
     typed.write_text('{"text": "abd", "label": 1}\n{"text": 5, "label": 0}\n')
     refused = check_on_node("finetune-classifier", {"model": base, "train": typed})
     assert refused.message.startswith('typed.jsonl line 2: a wrong-typed "text" field')
+
+
+@pytest.mark.usefixtures("pythonpath")
+def test_a_base_without_a_padding_token_pads_with_its_eos(tmp_path: Path) -> None:
+    """GPT-2's and Llama's own tokenizers have no padding token and their configs no
+    pad_token_id: the classifier pads with the EOS and tells the model so, so a padded batch
+    is classified from each text's own last token."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from ampfleet.workers.training.recipes.finetune_classifier import build
+    from ampfleet.workers.training.task import RecipeContext
+
+    base = tiny_model_folder(tmp_path / "base", "gpt2")
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    tokenizer.pad_token = None
+    tokenizer.save_pretrained(base)
+    config = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**config, "pad_token_id": None}))
+    train, _ = letter_task(tmp_path / "data")
+    definition = get_recipe("finetune-classifier")
+    task = build(
+        definition.hyperparameters(method="full"),
+        RecipeContext(0, 1, torch.device("cpu"), 0, inputs={"model": base, "train": train}),
+    )
+    eos = tokenizer.eos_token_id
+    assert task.model.config.pad_token_id == eos
+    examples: list[Any] = list(task.train_dataset)
+    short = next(e for e in examples if len(e[0]) == 3)
+    long = max(examples, key=lambda e: len(e[0]))
+    assert task.collate_fn is not None
+    batch = task.collate_fn([short, long])
+    assert batch["input_ids"][0, -1] == eos
+    task.model.eval()
+    with torch.no_grad():
+        padded = task.model(**{k: batch[k] for k in ("input_ids", "attention_mask")}).logits
+        alone = task.model(input_ids=torch.tensor([short[0]])).logits
+    torch.testing.assert_close(padded[0], alone[0], rtol=1e-4, atol=1e-5)
