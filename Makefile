@@ -11,7 +11,7 @@ TEST_STAMP := $(VENV)/.installed-test
 PYTEST_FLAGS ?=
 
 .PHONY: install install-dev run test test-all lint format bench clean ui-deps metrics-deps \
-	sandbox-deps services-deps
+	sandbox-deps services-deps slurm-deps
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,18 @@ services-deps:
 	test -z "$$missing" || { apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; }
 
+# The Slurm backend's tests start a controller, node daemons, munge and slurmrestd of their own
+# (tests/support/slurm.py) from Debian's packages; nothing is configured system-wide.
+slurm-deps:
+	@missing=""; \
+	command -v slurmctld >/dev/null || missing="$$missing slurmctld"; \
+	command -v slurmd >/dev/null || missing="$$missing slurmd"; \
+	command -v slurmrestd >/dev/null || missing="$$missing slurmrestd"; \
+	command -v munged >/dev/null || missing="$$missing munge"; \
+	command -v sbatch >/dev/null || missing="$$missing slurm-client"; \
+	test -z "$$missing" || { apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; }
+
 # The /metrics test checks the exposition with promtool, from Debian's prometheus package
 # (no smaller one carries it; without recommends it is a dozen small packages).
 metrics-deps:
@@ -72,10 +84,10 @@ lint: install-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy ampfleet
 
-test: lint ui-deps metrics-deps sandbox-deps services-deps
+test: lint ui-deps metrics-deps sandbox-deps services-deps slurm-deps
 	$(BIN)/python -m pytest -m "not slow" --durations=25 $(PYTEST_FLAGS)
 
-test-all: lint ui-deps metrics-deps sandbox-deps services-deps
+test-all: lint ui-deps metrics-deps sandbox-deps services-deps slurm-deps
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)
 
 format: install-dev

@@ -43,7 +43,14 @@ def test_make_run_installs_the_platform_and_no_dev_tool(tmp_path: Path) -> None:
 def test_make_test_adds_the_dev_extras_and_the_packages_the_tests_use(tmp_path: Path) -> None:
     plan = planned("test", tmp_path)
     assert plan.index('-e ".[all]"') < plan.index('-e ".[all,dev,plot]"')
-    for package in ("postgresql", "redis-server", "bubblewrap", "nftables", "chromium"):
+    for package in (
+        "postgresql",
+        "redis-server",
+        "bubblewrap",
+        "nftables",
+        "chromium",
+        "slurmctld",
+    ):
         assert package in plan, package
 
 

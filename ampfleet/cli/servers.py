@@ -187,6 +187,20 @@ def worker() -> None:
     run_worker()
 
 
+@app.command("run-attempt")
+def run_attempt(
+    job: Annotated[str, typer.Option(help="The job id.")],
+    attempt: Annotated[int, typer.Option(help="The attempt number.")],
+) -> None:
+    """Run this node's share of one attempt inside a compute backend's allocation (a Slurm
+    batch job's step); what the Slurm pool's batch jobs run, not a command for people."""
+    require_extra("worker")
+    from ampfleet.workers.one_attempt import run_attempt as run
+
+    start_server_process("worker", traced=True)
+    raise typer.Exit(run(get_settings(), job, attempt))
+
+
 @app.command()
 def doctor() -> None:
     """Check on this node that the sandbox of bundled code holds: from inside it, try what

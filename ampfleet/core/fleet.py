@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from ampfleet.core.backends import POOL_LABEL, matches_backend
 from ampfleet.core.models import Node
 from ampfleet.core.spec import JobSpec
 
@@ -60,6 +61,8 @@ def matches(job: JobRequest, node: NodeView) -> bool:
         return False
     if job.min_gpu_memory_mb and (node.gpu_memory_mb or 0) < job.min_gpu_memory_mb:
         return False
+    if not matches_backend(node.labels, job.selector):
+        return False
     return all(node.labels.get(k) == v for k, v in job.selector.items())
 
 
@@ -81,7 +84,7 @@ def fits_fleet(job: JobRequest, nodes: Sequence[NodeView]) -> str | None:
         return None
     matching = [n for n in nodes if matches(job, n)]
     if not matching:
-        return f"no registered node matches {describe_constraints(job)}"
+        return f"no registered node matches {describe_constraints(job)}" + backend_hint(nodes)
     largest = max(n.slots for n in matching)
     if job.total_procs is not None:
         return _total_refusal(job.total_procs, matching, largest)
@@ -95,6 +98,15 @@ def fits_fleet(job: JobRequest, nodes: Sequence[NodeView]) -> str | None:
         f"requested {count} nodes with {per_node} slots each; only {big_enough} matching "
         f"node(s) have that many (the largest has {largest})"
     )
+
+
+def backend_hint(nodes: Sequence[NodeView]) -> str:
+    """Why a backend's nodes did not count: they take only jobs that name their pool."""
+    pools = sorted({n.labels[POOL_LABEL] for n in nodes if not matches_backend(n.labels, {})})
+    if not pools:
+        return ""
+    named = ", ".join(f"pool: {p}" for p in pools)
+    return f" (a compute backend's nodes take only jobs whose resources.selector names {named})"
 
 
 def _total_refusal(wanted: int, matching: Sequence[NodeView], largest: int) -> str | None:

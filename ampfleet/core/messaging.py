@@ -19,6 +19,7 @@ from celery import Celery
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from ampfleet.core.backends import backend_queue_prefix
 from ampfleet.core.celery_config import WAKE_SCHEDULER_QUEUE, make_celery
 from ampfleet.core.models import OutboxMessage, utcnow
 from ampfleet.core.settings import get_settings
@@ -39,10 +40,14 @@ def enqueue(session: Session, *, queue: str, task: str, **kwargs: Any) -> Outbox
 
 
 def relay_outbox(session: Session, limit: int = 500) -> int:
-    """Send committed outbox messages in id order, marking each sent; returns how many."""
+    """Send committed outbox messages in id order, marking each sent; returns how many.
+    Messages to a compute backend's queue are its own to relay (core/backends.py)."""
     pending = session.scalars(
         select(OutboxMessage)
-        .where(OutboxMessage.sent_at.is_(None))
+        .where(
+            OutboxMessage.sent_at.is_(None),
+            ~OutboxMessage.queue.startswith(backend_queue_prefix()),  # the backends relay them
+        )
         .order_by(OutboxMessage.id)
         .limit(limit)
     ).all()

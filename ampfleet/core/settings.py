@@ -264,6 +264,44 @@ class Settings(BaseSettings):
         "larger are refused with an event.",
     )
 
+    # A Slurm cluster as one pool of nodes (scheduler/slurm/backend.py); unset: none.
+    slurm_pool: str = Field(
+        "",
+        max_length=48,
+        pattern=r"^([a-z0-9][a-z0-9-]*)?$",
+        description="Name of the Slurm pool; jobs run there when resources.selector names it "
+        "(pool: NAME). Empty: no Slurm backend.",
+    )
+    slurm_url: str = Field(
+        "", description="slurmrestd: unix:/path/to/socket or http(s)://host:port."
+    )
+    slurm_user: str | None = Field(None, description="JWT auth: the user the token is for.")
+    slurm_token: SecretStr | None = Field(
+        None, description="JWT auth: the token (scontrol token); unset: local auth."
+    )
+    slurm_partition: str | None = Field(None, description="Partition the jobs go to.")
+    slurm_account: str | None = Field(None, description="Account charged, if the site has any.")
+    slurm_qos: str | None = Field(None, description="QoS of the jobs, if the site has any.")
+    slurm_cpus_per_slot: int = Field(1, ge=1, description="CPUs of one rank slot.")
+    slurm_gpus_per_slot: int = Field(
+        0, ge=0, description="GPUs of one rank slot; 0: the pool's slots are CPU slots."
+    )
+    slurm_python: str = Field(
+        "",
+        description="The interpreter ampfleet is installed in on the compute nodes; "
+        "empty: the scheduler's own (the same path on every node).",
+    )
+    slurm_time_margin_s: int = Field(
+        300,
+        ge=0,
+        description="Slurm's time limit is the job's max_runtime_s plus this, so that "
+        "ampfleet's own limit (with its checkpoint and reason) comes first.",
+    )
+    slurm_environment: dict[str, str] = Field(
+        default_factory=dict,
+        description="Variables the batch jobs get besides the scheduler's own AMPFLEET_* ones.",
+    )
+
     @field_validator("artifact_url")
     @classmethod
     def _known_artifact_url(cls, url: str) -> str:
@@ -282,6 +320,8 @@ class Settings(BaseSettings):
             )
         if self.environment != "development" and len(self.secret_key) < 16:
             raise ValueError("AMPFLEET_SECRET_KEY must be at least 16 characters")
+        if self.slurm_pool and not self.slurm_url:
+            raise ValueError("AMPFLEET_SLURM_POOL needs AMPFLEET_SLURM_URL (slurmrestd)")
         return self
 
     @property

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ampfleet.core.recipes import InputError, RecipeDefinition
 from ampfleet.recipes.finetune_inputs import (
-    CAUSAL_LM_TYPES,
+    CAUSAL_LM,
     MODEL,
     TRAIN,
     VALIDATION,
@@ -81,19 +81,27 @@ class CausalLMHyperparameters(FineTuneHyperparameters):
     sample_max_new_tokens: int = Field(32, ge=1, le=512)
 
 
-def check_listed(_hp: CausalLMHyperparameters, listed: Mapping[str, Sequence[str] | None]) -> None:
+def check_listed_as(
+    listed: Mapping[str, Sequence[str] | None], data_suffixes: tuple[str, ...]
+) -> None:
+    """What every fine-tuning recipe asks of its inputs' file lists: a model folder and
+    one training file (and maybe one validation file) of a format it reads."""
     for name in (MODEL, TRAIN):
         if name not in listed:
             raise InputError(name, "required (inputs: {model: ..., train: ...})")
     check_model_listing(listed[MODEL])
     for name in (TRAIN, VALIDATION):
         if name in listed:
-            check_single_file(name, listed[name], JSONL)
+            check_single_file(name, listed[name], data_suffixes)
+
+
+def check_listed(_hp: CausalLMHyperparameters, listed: Mapping[str, Sequence[str] | None]) -> None:
+    check_listed_as(listed, JSONL)
 
 
 def check_on_node(hp: CausalLMHyperparameters, inputs: Mapping[str, Path]) -> None:
     check_listed(hp, dict.fromkeys(inputs))
-    check_model_folder(inputs[MODEL], CAUSAL_LM_TYPES)
+    check_model_folder(inputs[MODEL], CAUSAL_LM)
     for name in (TRAIN, VALIDATION):
         if name in inputs:
             check_data_file(inputs[name], name, JSONL)

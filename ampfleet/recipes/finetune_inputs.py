@@ -5,14 +5,22 @@ folder, or a shared folder): nothing is fetched from a hub. The API checks what 
 a dataset's stored file list (a config, safetensors weights, a tokenizer); each rank checks
 the folder's config and the data files themselves before torch is imported and before the
 ranks meet, so a wrong input fails the job in seconds with the file and the field at fault.
-One table names the architectures the recipes train and, for each, the modules LoRA adapts
-by default (the attention projections, as peft's own defaults for them).
+
+Which architectures a recipe trains is transformers' own answer: the model types of its
+auto mapping for the task (`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`, ...). Importing that module
+imports torch, which this check must not, so the mapping is read from the module's source as
+the literal it is (`ast`, nothing executed) in the installed transformers. One table names,
+for the common architectures, the modules LoRA adapts by default (the attention projections,
+as peft's own defaults for them); others get peft's defaults.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 from collections.abc import Iterator, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +46,35 @@ LORA_TARGETS: dict[str, tuple[str, ...]] = {
     "opt": ("q_proj", "v_proj"),
 }
 """`model_type` (config.json) -> the modules LoRA adapts unless `lora.target_modules` says."""
-CAUSAL_LM_TYPES = frozenset(LORA_TARGETS)
+
+CAUSAL_LM = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
+SEQUENCE_CLASSIFICATION = "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"
+AUTO_CLASSES = {
+    CAUSAL_LM: "AutoModelForCausalLM",
+    SEQUENCE_CLASSIFICATION: "AutoModelForSequenceClassification",
+}
+"""A task's mapping in transformers.models.auto.modeling_auto -> the class that reads it."""
+MAPPING_MODULE = ("models", "auto", "modeling_auto.py")
+
+
+@lru_cache
+def supported_model_types(mapping: str) -> frozenset[str]:
+    """The `model_type`s transformers' mapping `mapping` names, read without importing
+    transformers or torch."""
+    spec = importlib.util.find_spec("transformers")  # finds the package, imports nothing
+    if spec is None or spec.origin is None:
+        raise RuntimeError("transformers is not installed (the worker extra installs it)")
+    source = Path(spec.origin).parent.joinpath(*MAPPING_MODULE).read_text(encoding="utf-8")
+    for node in ast.parse(source).body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == mapping for t in node.targets)
+            and isinstance(node.value, ast.Call)
+            and node.value.args
+        ):
+            pairs = ast.literal_eval(node.value.args[0])  # OrderedDict([(type, class), ...])
+            return frozenset(str(model_type) for model_type, _ in pairs)
+    raise RuntimeError(f"the installed transformers has no {mapping}")
 
 
 def check_model_listing(files: Sequence[str] | None) -> None:
@@ -69,9 +105,10 @@ def check_model_listing(files: Sequence[str] | None) -> None:
         )
 
 
-def check_model_folder(folder: Path, supported: frozenset[str]) -> dict[str, Any]:
-    """The folder on the node: the listing's rules, then its config's architecture.
-    Returns the config."""
+def check_model_folder(folder: Path, mapping: str) -> dict[str, Any]:
+    """The folder on the node: the listing's rules, then its config's architecture, one
+    that transformers' `mapping` (`CAUSAL_LM`, `SEQUENCE_CLASSIFICATION`) loads. Returns the
+    config."""
     if not folder.is_dir():
         raise InputError(MODEL, f"{folder.name} is a single file, not a model folder")
     check_model_listing([p.name for p in folder.iterdir()])
@@ -79,12 +116,23 @@ def check_model_folder(folder: Path, supported: frozenset[str]) -> dict[str, Any
         config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InputError(MODEL, f"{CONFIG} does not read as JSON ({exc})") from None
-    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if not isinstance(config, dict):
+        raise InputError(MODEL, f"{CONFIG} is not a JSON object")
+    architectures = config.get("architectures")
+    if architectures is not None and not (
+        isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)
+    ):
+        raise InputError(MODEL, f"{CONFIG}: architectures is not a list of class names")
+    model_type = config.get("model_type")
+    supported = supported_model_types(mapping)
     if model_type not in supported:
+        named = f" (architectures {', '.join(architectures)})" if architectures else ""
+        common = ", ".join(sorted(supported.intersection(LORA_TARGETS)))
         raise InputError(
             MODEL,
-            f"{CONFIG}: model_type {model_type!r} is not one this recipe trains "
-            f"(it trains {', '.join(sorted(supported))})",
+            f"{CONFIG}: model_type {model_type!r}{named} is not one transformers' "
+            f"{AUTO_CLASSES[mapping]} loads, as this recipe needs ({len(supported)} types "
+            f"do, such as {common})",
         )
     return dict(config)
 

@@ -2,7 +2,8 @@
 
 Placements go in as one fenced UPDATE (only jobs still QUEUED at their read attempt move),
 then the events, allocations and start messages (outbox) of the jobs that did move, each
-as one multi-row INSERT: a few statements per pass, not per job.
+as one multi-row INSERT: a few statements per pass, not per job. A job placed on a compute
+backend's pool gets one start message for its whole gang (core/backends.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from sqlalchemy import Table, bindparam, insert, tuple_, update
 from sqlalchemy.orm import Session
 
 from ampfleet.core import counters, tracing
+from ampfleet.core.backends import BACKEND_START, is_backend_queue
 from ampfleet.core.celery_config import START_ATTEMPT
 from ampfleet.core.lifecycle import Transition, record_transitions, transition
 from ampfleet.core.models import Allocation, Job, OutboxMessage
@@ -108,9 +110,15 @@ def _place_chunk(session: Session, snapshot: Snapshot, placements: list[Placemen
                     "created_at": now,
                 }
             )
+            queue = snapshot.node_queues[node_id]
+            if is_backend_queue(queue):
+                # One start for the whole gang: the backend launches every node of it.
+                if node_rank == 0:
+                    messages.append(_backend_start(queue, job_id, attempt, handed_on, now))
+                continue
             messages.append(
                 {
-                    "queue": snapshot.node_queues[node_id],
+                    "queue": queue,
                     "task": START_ATTEMPT,
                     "kwargs": {
                         "job_id": job_id,
@@ -126,6 +134,19 @@ def _place_chunk(session: Session, snapshot: Snapshot, placements: list[Placemen
     session.execute(insert(Allocation), allocations)
     session.execute(insert(OutboxMessage), messages)
     return len(moved)
+
+
+def _backend_start(
+    queue: str, job_id: str, attempt: int, trace_context: dict[str, str] | None, now: datetime
+) -> dict[str, Any]:
+    """The one message that starts an attempt placed on a compute backend's pool."""
+    return {
+        "queue": queue,
+        "task": BACKEND_START,
+        "kwargs": {"job_id": job_id, "attempt": attempt, "trace_context": trace_context},
+        "created_at": now,
+        "send_attempts": 0,
+    }
 
 
 def placement_traced(

@@ -7,6 +7,10 @@ allocations and the start messages in one transaction (apply.py); the messages a
 only after that commits. Several schedulers may run: a PostgreSQL advisory lock lets one
 pass run at a time, so a standby takes over as soon as the active one stops.
 
+Where the operator configured a Slurm pool, each pass also mirrors its nodes and watches
+its jobs (before placing), and submits what it placed there after the pass commits
+(scheduler/slurm/backend.py; the boundary is core/backends.py).
+
 A scheduler that could not reach the database knows the nodes could not write their
 heartbeats either: from the pass that reaches it again, every node has a whole node timeout
 to be heard from before the reaper calls it lost (core/fleet.py, `silent_before`).
@@ -17,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from kombu.connection import Connection
 from kombu.message import Message
@@ -33,6 +38,9 @@ from ampfleet.scheduler.apply import apply
 from ampfleet.scheduler.reaper import reap
 from ampfleet.scheduler.sweeps import advance_sweeps
 
+if TYPE_CHECKING:
+    from ampfleet.scheduler.slurm.backend import SlurmBackend
+
 log = logging.getLogger(__name__)
 ADVISORY_LOCK_KEY = 0x616D70666C656574  # "ampfleet": one placing scheduler at a time
 
@@ -40,6 +48,7 @@ ADVISORY_LOCK_KEY = 0x616D70666C656574  # "ampfleet": one placing scheduler at a
 class Scheduler:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
+        self.slurm = _slurm_backend(self.settings)
         self._stop = threading.Event()
         self._database_lost = False
         self.watched_since: datetime | None = None
@@ -60,6 +69,8 @@ class Scheduler:
                 self.watched_since, self._database_lost = now, False
             if not took_lock:
                 return 0  # another scheduler is in its pass; it will do this work
+            if self.slurm is not None:
+                self.slurm.sync(session, now)
             reap(session, self.settings, now, self.watched_since)
             advance_sweeps(session, now)  # before placement: its new trials are placed now
             world = snapshot.load(session, self.settings, now)
@@ -67,6 +78,11 @@ class Scheduler:
             placed = apply(session, world, decision)
         with session_scope() as session:
             relay_outbox(session)
+        if self.slurm is not None:
+            with session_scope() as session:
+                # Under the lock too: two schedulers' look-up-then-submit must not interleave.
+                if self._take_lock(session):
+                    self.slurm.relay_starts(session)
         return placed
 
     def _take_lock(self, session: Session) -> bool:
@@ -111,6 +127,15 @@ class Scheduler:
             if database_unavailable(error):
                 self._database_lost = True
             log.exception("scheduling pass failed; retrying on the next pass")
+
+
+def _slurm_backend(settings: Settings) -> SlurmBackend | None:
+    """The Slurm pool, where the operator configured one (core/backends.py)."""
+    if not settings.slurm_pool:
+        return None
+    from ampfleet.scheduler.slurm.backend import SlurmBackend
+
+    return SlurmBackend(settings)
 
 
 def _drain_without_waiting(connection: Connection) -> None:

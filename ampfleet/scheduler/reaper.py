@@ -17,6 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ampfleet.core.allocations import end_if_stopped, stopped_attempts
+from ampfleet.core.backends import backend_queue_prefix
 from ampfleet.core.fleet import silent_before
 from ampfleet.core.lifecycle import requeue_or_fail
 from ampfleet.core.models import Allocation, Job, Node
@@ -64,10 +65,13 @@ def reap(
         session.execute(
             select(Allocation.job_id, Allocation.attempt)
             .join(Job, _CURRENT)
+            .join(Node, Node.id == Allocation.node_id)
             .where(
                 Allocation.released_at.is_(None),
                 Allocation.launched_at.is_(None),
                 Allocation.created_at < start_cutoff,
+                # A backend's job may wait in its cluster's queue: the backend watches it.
+                ~Node.queue.startswith(backend_queue_prefix()),
                 Job.state.in_([s.value for s in SLOT_HOLDING_STATES]),
             )
             .distinct()

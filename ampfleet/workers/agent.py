@@ -89,9 +89,10 @@ class NodeAgent:
             self.settings.node_queue,
         )
 
-    def stop(self) -> None:
+    def stop(self, reason: str = "node_shutdown", message: str | None = None) -> None:
+        """Preempt what runs here (`reason`, `message`: the events' words), then stop."""
         self.rendezvous.stop()
-        self.supervisor.shutdown()
+        self.supervisor.shutdown(reason, message)
         self._stop.set()
         self._heartbeat.join(timeout=5)
 

@@ -202,8 +202,9 @@ class Supervisor:
         """What this node's ranks use now, for its heartbeat (another thread: a snapshot)."""
         return node_totals(a.telemetry.latest for a in list(self._running.values()))
 
-    def shutdown(self) -> None:
+    def shutdown(self, reason: str = "node_shutdown", message: str | None = None) -> None:
         """Preempt every attempt (they checkpoint and go back to the queue), then stop."""
+        message = message or f"node {self.settings.node_name} is shutting down"
         for attempt in list(self._running.values()):
             with session_scope() as session:
                 transition(
@@ -212,8 +213,8 @@ class Supervisor:
                     JobState.PREEMPTED,
                     from_states=LAUNCHED_STATES,
                     attempt=attempt.request.attempt,
-                    reason="node_shutdown",
-                    message=f"node {self.settings.node_name} is shutting down",
+                    reason=reason,
+                    message=message,
                 )
             self._stop_attempt(attempt, "preempt")
         deadline = time.monotonic() + self.settings.preempt_grace_s + 5

@@ -101,3 +101,52 @@ def test_a_model_folder_and_a_jsonl_file_are_accepted(writer: TestClient) -> Non
     accepted = submit(writer, {"model": folder(writer, "base", MODEL_FOLDER), "train": "pairs"})
     assert accepted.status_code == 202, accepted.text
     assert accepted.json()["spec"]["hyperparameters"]["method"] == "lora"
+
+
+def test_a_classifier_takes_csv_or_jsonl_and_refuses_other_data_or_no_model(
+    writer: TestClient,
+) -> None:
+    model = folder(writer, "base", MODEL_FOLDER)
+    upload(writer, b"text,label\nabd,yes\n", name="table", filename="train.csv")
+    upload(writer, b'{"text": "abd", "label": 1}\n', name="lines", filename="train.jsonl")
+    upload(writer, b"abd yes\n", name="words", filename="train.txt")
+    for data in ("table", "lines"):
+        spec = {"recipe": "finetune-classifier", "project": "alpha"}
+        accepted = writer.post("/v1/jobs", json={**spec, "inputs": {"model": model, "train": data}})
+        assert accepted.status_code == 202, accepted.text
+    spec = {"recipe": "finetune-classifier", "project": "alpha"}
+    refused = writer.post("/v1/jobs", json={**spec, "inputs": {"model": model, "train": "words"}})
+    assert refused.status_code == 422
+    assert refused.json()["error"]["details"][0] == {
+        "field": "inputs.train",
+        "message": "expected one .csv or .jsonl file, found train.txt",
+        "type": None,
+    }
+    no_model = folder(writer, "notes", {"README.md": b"weights elsewhere"})
+    refused = writer.post(
+        "/v1/jobs", json={**spec, "inputs": {"model": no_model, "train": "table"}}
+    )
+    assert refused.status_code == 422
+    (detail,) = refused.json()["error"]["details"]
+    assert detail["field"] == "inputs.model"
+    assert detail["message"].startswith("no config.json at the top of the dataset")
+
+
+def test_a_base_model_of_another_project_is_422(
+    writer: TestClient, app: FastAPI, make_key: KeyFactory
+) -> None:
+    with keyed(app, make_key("beta", "write")) as other:
+        folder(other, "their-base", MODEL_FOLDER)
+    upload(writer, b"text,label\nabd,yes\n", name="table", filename="train.csv")
+    for recipe in ("finetune-lm", "finetune-classifier"):
+        spec = {"recipe": recipe, "project": "alpha"}
+        inputs = {"model": "their-base@1", "train": "table"}
+        refused = writer.post("/v1/jobs", json={**spec, "inputs": inputs})
+        assert refused.status_code == 422, refused.text
+        (detail,) = refused.json()["error"]["details"]
+        assert detail == {
+            "field": "inputs.model",
+            "message": "version 1 of dataset their-base not found in project alpha "
+            "(POST /v1/datasets uploads one)",
+            "type": None,
+        }

@@ -142,3 +142,46 @@ def scored(data: Path, models: list[tuple[Path, Path | None]]) -> list[float]:
         cwd=data.parent,
     )
     return [float(v) for v in json.loads(done.stdout.strip().splitlines()[-1])]
+
+
+CLASSIFY = """
+import csv, json, sys
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+folder, data = sys.argv[1], sys.argv[2]
+tokenizer = AutoTokenizer.from_pretrained(folder)
+model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+if data.endswith(".csv"):
+    rows = list(csv.DictReader(open(data, encoding="utf-8", newline="")))
+else:
+    rows = [json.loads(line) for line in open(data, encoding="utf-8")]
+total = correct = 0.0
+for row in rows:
+    ids = torch.tensor([tokenizer(row["text"])["input_ids"]])
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(input_ids=ids).logits[0].float()
+    target = model.config.label2id[str(row["label"])]
+    total += float(torch.nn.functional.cross_entropy(logits[None], torch.tensor([target])))
+    correct += int(logits.argmax()) == target
+print(json.dumps({"loss": total / len(rows), "accuracy": correct / len(rows),
+                  "id2label": model.config.id2label, "examples": len(rows)}))
+"""
+
+
+def classified(folder: Path, data: Path) -> dict[str, Any]:
+    """`data` (CSV or JSONL text + label) classified by the model folder, one example at a
+    time in bf16 autocast, in a new process that imports transformers, nothing of ampfleet:
+    mean cross-entropy, accuracy, the config's id2label."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", CLASSIFY, str(folder), str(data)],
+        env={**env, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        cwd=data.parent,
+    )
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result

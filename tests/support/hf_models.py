@@ -2,12 +2,14 @@
 
 A byte-level tokenizer (every byte its own token, no merges, `<pad>` and `<eos>` beside)
 built with `tokenizers`, a Llama-style or GPT-2-style causal LM of about a hundred thousand
-parameters from its config, saved with save_pretrained as a hub folder would hold them; and
-an echo task: each prompt names a short string, the completion repeats it.
+parameters from its config, saved with save_pretrained as a hub folder would hold them; an
+echo task: each prompt names a short string, the completion repeats it; and a labelled set:
+whether a short string holds the letter `d`, half of them do.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import random
 from pathlib import Path
@@ -84,4 +86,44 @@ def echo_task(folder: Path, train: int = 256, validation: int = 32) -> tuple[Pat
     return (
         write_jsonl(folder / "train.jsonl", echo_examples(train, seed=1)),
         write_jsonl(folder / "validation.jsonl", echo_examples(validation, seed=2)),
+    )
+
+
+HAS, HAS_NOT = "has-d", "no-d"
+
+
+def letter_examples(
+    count: int, seed: int, labels: tuple[Any, Any] = (HAS, HAS_NOT)
+) -> list[dict[str, Any]]:
+    """`{"text", "label"}`: a string of 3 to 6 letters of abcd, labelled labels[0] where it
+    holds a `d` (every other example) and labels[1] where it does not."""
+    rng = random.Random(seed)
+    examples = []
+    for index in range(count):
+        letters = [rng.choice("abc") for _ in range(rng.randint(3, 6))]
+        holds = index % 2 == 0
+        if holds:
+            letters[rng.randrange(len(letters))] = "d"
+        examples.append({"text": "".join(letters), "label": labels[0] if holds else labels[1]})
+    rng.shuffle(examples)
+    return examples
+
+
+def write_csv(path: Path, records: list[dict[str, Any]]) -> Path:
+    with path.open("w", encoding="utf-8", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=["text", "label"])
+        writer.writeheader()
+        writer.writerows(records)
+    return path
+
+
+def letter_task(
+    folder: Path, suffix: str = ".csv", labels: tuple[Any, Any] = (HAS, HAS_NOT)
+) -> tuple[Path, Path]:
+    """train and validation files of the letter task, CSV or JSONL (different strings)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write = write_csv if suffix == ".csv" else write_jsonl
+    return (
+        write(folder / f"train{suffix}", letter_examples(512, seed=1, labels=labels)),
+        write(folder / f"validation{suffix}", letter_examples(64, seed=2, labels=labels)),
     )

@@ -136,7 +136,10 @@ def test_a_folder_of_an_architecture_it_does_not_train_is_refused_on_the_node(
         tmp_path, finetune_spec("lora", "llama"), {"model": base, "train": train}, pythonpath
     )
     (message,) = {f["message"] for f in run_dir.failures()}
-    assert message.startswith("input 'model': config.json: model_type 't5' is not one this")
+    assert message.startswith(
+        "input 'model': config.json: model_type 't5' (architectures LlamaForCausalLM) is not "
+        "one transformers' AutoModelForCausalLM loads"
+    ), message
     assert "llama" in message
 
 

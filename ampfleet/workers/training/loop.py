@@ -13,7 +13,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,9 @@ from ampfleet.workers.stored_checkpoints import Stored
 from ampfleet.workers.training import checkpoint
 from ampfleet.workers.training.allreduce import AllReduceState
 from ampfleet.workers.training.flops import StepFlops, peak_flops
-from ampfleet.workers.training.initial import Initial, start_from
-from ampfleet.workers.training.parallel import ParallelConfig, ParallelModel
+from ampfleet.workers.training.initial import start_from
+from ampfleet.workers.training.loop_config import LoopConfig
+from ampfleet.workers.training.parallel import ParallelModel
 from ampfleet.workers.training.precision import autocast
 from ampfleet.workers.training.prepared import (
     PrecisionFallbackError,
@@ -40,6 +41,7 @@ from ampfleet.workers.training.prepared import (
 )
 from ampfleet.workers.training.profiling import StepProfiler
 from ampfleet.workers.training.reporting import StepOutcome, StepReporter
+from ampfleet.workers.training.resume import resume_position
 from ampfleet.workers.training.stragglers import StragglerWatch
 from ampfleet.workers.training.task import Batch, TrainingTask
 from ampfleet.workers.training.timing import StepTimer
@@ -49,67 +51,6 @@ from ampfleet.workers.training.timing import StepTimer
 STOP_CHECK_EVERY = 10
 
 __all__ = ["LoopConfig", "PrecisionFallbackError", "Trainer", "TrainingDivergedError"]
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    """One rank's run, as the entry point resolved it from the job spec and the node."""
-
-    max_steps: int | None
-    """Optimizer steps to take; None leaves the end to `epochs` (or to `train_until`)."""
-    epochs: int | None
-    """Passes over the training set; with `max_steps` too, whichever ends first."""
-    requested_precision: str
-    """As the spec asked: auto | fp16 | bf16 | fp32. Only `auto` falls back."""
-    requested_allreduce_dtype: str
-    """As the spec asked; `auto` follows the compute precision, through a fallback too."""
-    precision: str
-    """The compute precision the run starts in, resolved for this device."""
-    allreduce_dtype: str
-    """The reduction dtype the run starts in, resolved for the precision and backend."""
-    backend: str
-    """The process group's: nccl on CUDA, gloo on the CPU."""
-    device: torch.device
-    rank: int
-    world_size: int
-    seed: int
-    """Seeds the data order: the sampler's shuffle and the loader's own generator."""
-    eval_every_steps: int
-    """Evaluate every N steps; 0 evaluates only at the end."""
-    log_every_steps: int
-    """Report a step's metrics every N steps; the last step is always reported."""
-    checkpoint_every_steps: int
-    """Checkpoint every N steps; 0 checkpoints only at the end and when preempted."""
-    keep_last_checkpoints: int
-    """Complete checkpoints kept; publishing one deletes the oldest beyond these."""
-    checkpoint_dir: Path
-    """The job's checkpoints, shared by its attempts: a run resumes from the latest."""
-    guard_every_steps: int = 50
-    """Every N steps one bucket is also reduced in fp32 to measure the half-precision
-    reduction's error; 0 never checks."""
-    guard_threshold: float = 1e-2
-    """The relative error past which the guard switches the reduction to fp32."""
-    parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    """DDP or FSDP, and how (resharding, activation checkpointing, compile)."""
-    ranks_on_node: int = 1
-    """Ranks sharing this node's memory: what `auto` strategy weighs the model against."""
-    train_until: float | None = None
-    """A runtime-only job: the `time.monotonic()` after which the ranks agree to stop (at
-    the next stop check) and finish the run; its learning rate decays over that time."""
-    run_dir: Path | None = None
-    """The attempt's run folder: profile requests arrive there and their traces are written
-    there (profiling.py), and the rank beats there (heartbeat.py). None: neither."""
-    straggler_factor: float = 1.5
-    straggler_reports: int = 3
-    """A rank this many times slower than the others' median for this many reported steps
-    in a row is a straggler (stragglers.py)."""
-    rank_nodes: tuple[str, ...] = ()
-    """The node each rank runs on, by rank, where the agent said."""
-    attempt: int = 1
-    """The job's attempt this run is (1: its first); a restart that cannot keep what an
-    earlier attempt measured says so."""
-    initial: Initial | None = None
-    """Another job's checkpoint to start from while this job has none (`init_from`)."""
 
 
 def lr_at(step: int, *, base: float, warmup: int, progress: float) -> float:
@@ -615,7 +556,11 @@ class Trainer:
             self.batches = self.micro_batches(start=0)
             return None
         self.step = restored.step
-        self.batches = self.micro_batches(start=self._data_position(restored))
+        self.batches = self.micro_batches(
+            start=resume_position(
+                restored, self.task.batch_size, self.cfg.world_size, len(self.loader)
+            )
+        )
         self._record_resharding(restored)
         return restored
 
@@ -637,18 +582,6 @@ class Trainer:
                 + ", ".join(f"{what} {old} -> {new}" for what, (old, new) in changed.items())
                 + "; the data position is recomputed for the new world size",
             )
-
-    def _data_position(self, restored: checkpoint.Restored) -> int:
-        """The micro-batch to continue from: the same epoch, past the samples the saved
-        world had consumed of it (rounded up to whole global batches of this world)."""
-        consumed, per_epoch = restored.micro_batches_consumed, restored.micro_batches_per_epoch
-        saved_world = int(restored.setup["world_size"])
-        if saved_world == self.cfg.world_size:
-            return consumed
-        epoch, within = divmod(consumed, per_epoch)
-        samples = within * self.task.batch_size * saved_world
-        per_batch = self.task.batch_size * self.cfg.world_size
-        return epoch * len(self.loader) + min(-(-samples // per_batch), len(self.loader))
 
     def record_usage(self) -> None:
         """Where this attempt's time went so far (goodput), with the progress records."""

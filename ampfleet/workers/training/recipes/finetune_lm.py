@@ -13,7 +13,6 @@ Its hyperparameters and input checks live in ampfleet/recipes/finetune.py.
 from __future__ import annotations
 
 import math
-import random
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,11 +29,11 @@ from ampfleet.workers.training.recipes.hf import (
     export_folders,
     load_model,
     load_tokenizer,
+    split,
 )
 from ampfleet.workers.training.task import Batch, RecipeContext, TrainingTask
 
 IGNORE = -100  # the label of a token the loss leaves out (cross_entropy's ignore_index)
-SPLIT_SEED = 1234  # every rank and every attempt hold out the same validation examples
 SAMPLES_FILE = "samples.txt"
 SAMPLE_PROMPTS = 3  # without `sample_prompts`, the first validation prompts
 
@@ -96,21 +95,6 @@ def _eval_step(model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
 def _eval_finalize(sums: dict[str, float]) -> dict[str, float]:
     loss = sums["loss_sum"] / max(sums["tokens"], 1.0)
     return {"val_loss": loss, "val_perplexity": math.exp(min(loss, 50.0))}
-
-
-def split(
-    train: list[tuple[str, str]], validation: list[tuple[str, str]] | None, fraction: float
-) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """The validation input as it is, or `fraction` of train held out by a fixed shuffle."""
-    if validation is not None:
-        return train, validation
-    order = list(range(len(train)))
-    random.Random(SPLIT_SEED).shuffle(order)
-    held = set(order[: max(1, round(len(train) * fraction))])
-    return (
-        [pair for i, pair in enumerate(train) if i not in held],
-        [pair for i, pair in enumerate(train) if i in held],
-    )
 
 
 def write_samples(

@@ -18,10 +18,11 @@ adapters' fp32 update, not a half-precision copy of them.
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -36,6 +37,9 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 EXPORT_FOLDER = HF_PREFIX.rstrip("/")
 MERGED, ADAPTER = "merged", "adapter"
+SPLIT_SEED = 1234  # every rank and every attempt hold out the same validation examples
+
+Example = TypeVar("Example")
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,21 @@ class Base:
     """peft's TaskType name (CAUSAL_LM, SEQ_CLS)."""
     model_kwargs: dict[str, Any]
     """What from_pretrained needs beyond the folder (a classifier's labels)."""
+
+
+def split(
+    train: list[Example], validation: list[Example] | None, fraction: float
+) -> tuple[list[Example], list[Example]]:
+    """The validation input as it is, or `fraction` of train held out by a fixed shuffle."""
+    if validation is not None:
+        return train, validation
+    order = list(range(len(train)))
+    random.Random(SPLIT_SEED).shuffle(order)
+    held = set(order[: max(1, round(len(train) * fraction))])
+    return (
+        [example for i, example in enumerate(train) if i not in held],
+        [example for i, example in enumerate(train) if i in held],
+    )
 
 
 def load_tokenizer(folder: Path) -> Any:
@@ -75,7 +94,8 @@ def load_model(base: Base, hp: FineTuneHyperparameters) -> nn.Module:
     from peft import LoraConfig, get_peft_model
 
     model_type = model.config.model_type
-    targets = hp.lora.target_modules or list(LORA_TARGETS[model_type])
+    # None: peft's own defaults for an architecture the table leaves out.
+    targets = hp.lora.target_modules or list(LORA_TARGETS.get(model_type, ())) or None
     config = LoraConfig(
         r=hp.lora.r,
         lora_alpha=hp.lora.alpha,
