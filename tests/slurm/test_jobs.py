@@ -4,6 +4,8 @@ jobs run `ampfleet run-attempt` on each node."""
 
 from __future__ import annotations
 
+import contextlib
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ from tests.support.slurm import PARTITION, SlurmCluster
 pytestmark = pytest.mark.e2e
 POOL = "hpc"
 WAIT_S = 300.0  # a bound on waiting, never an assertion about speed
+LOST_NODE = {"slurm_node_fail", "slurm_requeued"}
 
 
 @pytest.fixture
@@ -53,6 +56,18 @@ def spec_on_slurm(cluster: SlurmCluster, **overrides: Any) -> dict[str, Any]:
 def slurm_jobs_of(cluster: SlurmCluster, job_id: str) -> list[str]:
     out = cluster.command("squeue", "--noheader", "--states=all", "--format=%i %j %T")
     return [line for line in out.splitlines() if job_id in line]
+
+
+def rank0_logs(fleet: Fleet, job_id: str) -> list[dict[str, Any]]:
+    """Every stored line of rank 0, page by page (a page is bounded)."""
+    lines: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        page = fleet.http.get(f"/v1/jobs/{job_id}/logs", params={"rank": 0, "after": after}).json()
+        lines.extend(page["items"])
+        if not page["items"] or page["next_after"] is None:
+            return lines
+        after = page["next_after"]
 
 
 def test_the_pool_shows_the_capacity_slurm_reports(
@@ -132,6 +147,105 @@ def test_a_slurm_side_scancel_is_seen_with_the_reason_and_retried(
     )
     fleet.http.post(f"/v1/jobs/{job['id']}/cancel")
     fleet.wait_for_state(job["id"], {"CANCELLED"}, timeout=WAIT_S)
+
+
+def test_a_slurm_side_scancel_mid_run_retries_and_resumes_from_the_checkpoint(
+    fleet: Fleet, slurm_cluster: SlurmCluster
+) -> None:
+    steps, every = 600, 20
+    job = fleet.submit(
+        spec_on_slurm(
+            slurm_cluster,
+            stop={"max_steps": steps},
+            log_every_steps=1,
+            checkpoint={"every_steps": every},
+            retry={"max_restarts": 1},
+        )
+    )
+    fleet.wait_until(
+        lambda: fleet.job(job["id"])["progress"]["step"] >= 3 * every,
+        timeout=WAIT_S,
+        what="a checkpoint of the first attempt",
+    )
+    slurm_cluster.command("scancel", f"--name=ampfleet-{job['id']}-1")
+    done = fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=WAIT_S)
+    assert done["attempt"] == 2
+    events = fleet.events(job["id"])
+    reasons = {e["reason"] for e in events if e["attempt"] == 1}
+    assert reasons & {"slurm_signalled", "slurm_cancelled"}, reasons
+    resumed = next(e for e in events if e["attempt"] == 2 and e["to_state"] == "RUNNING")
+    found = re.search(r"resumed at step (\d+)", resumed["message"])
+    assert found, (resumed["message"], events)
+    checkpointed = int(found.group(1))
+    assert checkpointed >= every
+    metrics = fleet.http.get(f"/v1/jobs/{job['id']}/metrics").json()
+    points = {s["name"]: s["points"] for s in metrics["series"]}["loss"]
+    assert [p["step"] for p in points] == list(range(1, steps + 1))
+    logs = rank0_logs(fleet, job["id"])
+    # The second attempt's first step is the one after the checkpoint, not step 1.
+    first_step_of_2 = [
+        int(m.group(1))
+        for line in logs
+        if line["attempt"] == 2 and (m := re.search(r"step (\d+)/", line["line"]))
+    ]
+    assert first_step_of_2, "the second attempt logged no step"
+    assert first_step_of_2[0] == checkpointed + 1 > 1
+    assert len(slurm_jobs_of(slurm_cluster, job["id"])) == 2
+
+
+def test_a_node_marked_down_is_seen_with_the_reason_and_retried(
+    fleet: Fleet, slurm_cluster: SlurmCluster
+) -> None:
+    node = slurm_cluster.node_names[-1]
+    job = fleet.submit(
+        spec_on_slurm(
+            slurm_cluster,
+            stop={"max_steps": 300},
+            log_every_steps=1,
+            checkpoint={"every_steps": 20},
+            retry={"max_restarts": 1},
+        )
+    )
+    fleet.wait_until(
+        lambda: fleet.job(job["id"])["progress"]["step"] >= 40,
+        timeout=WAIT_S,
+        what="the first attempt running",
+    )
+    try:
+        # Drained first, so that it stays out of service once down (ReturnToService=2 would
+        # bring a merely DOWN node back as soon as its slurmd answers); DOWN ends its jobs.
+        for state in ("drain", "down"):
+            slurm_cluster.command(
+                "scontrol", "update", f"nodename={node}", f"state={state}", "reason=test-node-down"
+            )
+        fleet.wait_until(
+            lambda: LOST_NODE & {e["reason"] for e in fleet.events(job["id"])},
+            timeout=WAIT_S,
+            what="the node's failure among the job's events",
+        )
+        fleet.wait_until(
+            lambda: any(
+                n["labels"]["slurm_node"] == node
+                and n["state"] == "cordoned"
+                and "test-node-down" in (n["state_reason"] or "")
+                for n in pool_nodes(fleet)
+            ),
+            timeout=WAIT_S,
+            what="the down node cordoned in /v1/nodes with Slurm's reason",
+        )
+    finally:
+        with contextlib.suppress(RuntimeError):  # back in service already
+            slurm_cluster.command("scontrol", "update", f"nodename={node}", "state=resume")
+    done = fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=WAIT_S)
+    assert done["attempt"] == 2
+    failed = next(e for e in fleet.events(job["id"]) if e["reason"] in LOST_NODE)
+    assert failed["attempt"] == 1
+    # NODE_FAIL where the submit turned Slurm's requeue off; 22.05's v0.0.38 cannot, and
+    # Slurm requeues the job instead, which ampfleet cancels, naming the node and its reason.
+    assert "NODE_FAIL" in failed["message"] or "test-node-down" in failed["message"]
+    metrics = fleet.http.get(f"/v1/jobs/{job['id']}/metrics").json()
+    points = {s["name"]: s["points"] for s in metrics["series"]}["loss"]
+    assert [p["step"] for p in points] == list(range(1, 301))
 
 
 def test_a_scheduler_killed_right_after_submitting_leaves_one_slurm_job(

@@ -43,6 +43,9 @@ class SlurmJob:
     nodes: str
     exit_code: int | None
     comment: str = ""
+    restarts: int = 0
+    """How often Slurm requeued it (`restart_cnt`): a node failure or preemption requeues a
+    batch job where the submit could not turn requeue off (22.05's v0.0.38 ignores it)."""
 
 
 @dataclass(frozen=True)
@@ -267,6 +270,7 @@ class SlurmClient:
             nodes=str(raw.get("nodes", "") or ""),
             exit_code=_exit_code(raw.get("exit_code")),
             comment=str(raw.get("comment", "") or ""),
+            restarts=_number(raw.get("restart_cnt")) or 0,
         )
 
 
