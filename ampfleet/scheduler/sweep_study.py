@@ -71,8 +71,12 @@ def grid_size(spec: SweepSpec) -> int | None:
         return None
     size = 1
     for dimension in spec.space.values():
-        assert isinstance(dimension, Categorical | IntRange)  # the spec's validator says so
-        size *= len(dimension.choices) if isinstance(dimension, Categorical) else dimension.count
+        if isinstance(dimension, Categorical):
+            size *= len(dimension.choices)
+        elif isinstance(dimension, IntRange):
+            size *= dimension.count
+        else:  # the spec's validator refuses a grid over a continuous range
+            raise TypeError(f"a grid cannot walk a {type(dimension).__name__} range")
     return size
 
 

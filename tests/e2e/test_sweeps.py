@@ -74,13 +74,20 @@ def test_an_asha_sweep_over_learning_rate_and_precision(fleet: Fleet) -> None:
     assert {t["job_id"] for t in trials} == {j["id"] for j in ours}  # one job per trial
     pruned = [t for t in trials if t["state"] == "pruned"]
     assert pruned, [(t["state"], t["reason"]) for t in trials]
+    stopped_early = 0
     for trial in pruned:
         assert trial["reason"].startswith("asha: val_accuracy"), trial["reason"]
         events = fleet.events(trial["job_id"])
         assert any(e["reason"] == "pruned" for e in events)
-        # The sweep may end while a pruned trial's ranks are still stopping.
-        job = fleet.wait_for_state(trial["job_id"], {"CANCELLED"}, timeout=120)
-        assert job["progress"]["step"] < STEPS
+        # The sweep may end while a pruned trial's ranks are still stopping; and a trial
+        # pruned at its last evaluation may finish its last step before the cancel lands.
+        job = fleet.wait_for_state(trial["job_id"], {"CANCELLED", "SUCCEEDED"}, timeout=120)
+        if job["state"] == "CANCELLED":
+            assert job["progress"]["step"] < STEPS
+            stopped_early += 1
+        else:
+            assert job["progress"]["step"] == STEPS
+    assert stopped_early, "ASHA stopped no trial before its end"
 
     best = sweep["best_trial"]
     assert best["state"] == "complete"
