@@ -38,6 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench.start import submit_to_first_metric
 from tests.support.factories import job_spec
 from tests.support.fleet import Fleet, running_fleet, start_phases, warm_launcher_ready
 from tests.support.slurm import PARTITION, SlurmCluster, slurm_problem, start_cluster
@@ -95,11 +96,7 @@ def one_job(
         resources["selector"] = {"pool": POOL}
     spec = job_spec(stop={"max_steps": 3}, log_every_steps=1, resources=resources)
     posted_wall = time.time()
-    started = time.perf_counter()
-    job = fleet.submit(spec)
-    while not fleet.http.get(f"/v1/jobs/{job['id']}/metrics").json()["series"]:
-        time.sleep(0.02)
-    seconds = time.perf_counter() - started
+    job, seconds = submit_to_first_metric(fleet, spec)
     fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=300)
     (phases,) = start_phases(fleet, job["id"])
     events = fleet.events(job["id"])

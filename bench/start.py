@@ -21,6 +21,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from tests.support.factories import job_spec
 from tests.support.fleet import Fleet, running_fleet, start_phases, warm_launcher_ready
@@ -29,15 +30,25 @@ LAUNCHERS = ("torchrun", "local", "warm")
 PHASES = ("launch", "interpreter", "imports", "rendezvous", "model build", "first step")
 
 
+def submit_to_first_metric(
+    fleet: Fleet, spec: dict[str, Any], timeout_s: float = 300
+) -> tuple[dict[str, Any], float]:
+    """The job submitted, and the seconds from its POST to its first stored metric point
+    (polled every 20 ms, for at most `timeout_s`)."""
+    started = time.perf_counter()
+    job = fleet.submit(spec)
+    while not fleet.http.get(f"/v1/jobs/{job['id']}/metrics").json()["series"]:
+        if time.perf_counter() - started > timeout_s:
+            raise TimeoutError(f"job {job['id']}: no metric within {timeout_s:g} s")
+        time.sleep(0.02)
+    return job, time.perf_counter() - started
+
+
 def to_first_metric(fleet: Fleet, procs: int) -> tuple[float, dict[str, float]]:
     if fleet.env.get("AMPFLEET_RANK_LAUNCHER") == "warm":
         fleet.wait_until(lambda: warm_launcher_ready(fleet), timeout=120, what="warm launcher")
     spec = job_spec(stop={"max_steps": 3}, log_every_steps=1, resources={"procs_per_node": procs})
-    started = time.perf_counter()
-    job = fleet.submit(spec)
-    while not fleet.http.get(f"/v1/jobs/{job['id']}/metrics").json()["series"]:
-        time.sleep(0.02)
-    seconds = time.perf_counter() - started
+    job, seconds = submit_to_first_metric(fleet, spec)
     fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=300)
     (phases,) = start_phases(fleet, job["id"])
     return seconds, phases
