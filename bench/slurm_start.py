@@ -41,25 +41,19 @@ from typing import Any
 from bench.start import submit_to_first_metric
 from tests.support.factories import job_spec
 from tests.support.fleet import Fleet, running_fleet, start_phases, warm_launcher_ready
-from tests.support.slurm import PARTITION, SlurmCluster, slurm_problem, start_cluster
+from tests.support.slurm import (
+    POOL,
+    SlurmCluster,
+    slurm_fleet_env,
+    slurm_problem,
+    start_cluster,
+    write_node_settings,
+)
 
-POOL = "hpc"
 PHASES = ("launch", "interpreter", "imports", "rendezvous", "model build", "first step")
 POOLS = ("node warm", "node local", "slurm")
 STAGES = ("ampfleet", "slurm queue", "batch+srun")
 LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)\] (.*)$")
-
-
-def slurm_fleet_env(cluster: SlurmCluster) -> dict[str, str]:
-    return {
-        "AMPFLEET_SLURM_POOL": POOL,
-        "AMPFLEET_SLURM_URL": f"unix:{cluster.socket_path}",
-        "AMPFLEET_SLURM_PARTITION": PARTITION,
-        "AMPFLEET_SLURM_TIME_MARGIN_S": "60",
-        "AMPFLEET_RANK_LAUNCHER": "local",
-        "SLURM_CONF": str(cluster.conf),
-        "AMPFLEET_SANDBOX": "none",
-    }
 
 
 def event_time(event: dict[str, Any]) -> float:
@@ -133,9 +127,18 @@ def main() -> None:
                 running_fleet(Path(tmp) / "local", extra_env={"AMPFLEET_RANK_LAUNCHER": "local"})
             ),
             "slurm": stack.enter_context(
-                running_fleet(Path(tmp) / "slurm", nodes=(), extra_env=slurm_fleet_env(cluster))
+                running_fleet(
+                    Path(tmp) / "slurm",
+                    nodes=(),
+                    extra_env={
+                        **slurm_fleet_env(cluster, Path(tmp)),
+                        "AMPFLEET_RANK_LAUNCHER": "local",
+                    },
+                )
             ),
         }
+        slurm_env = fleets["slurm"].env
+        write_node_settings(Path(slurm_env["AMPFLEET_SLURM_NODE_SETTINGS_FILE"]), slurm_env)
         fleets["slurm"].wait_until(
             lambda: any(
                 n["labels"].get("pool") == POOL

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Mapping
 from functools import cache
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,7 +26,12 @@ from ampfleet.core.logs import configure_logging
 from ampfleet.core.private_files import make_process_private, write_private_text
 from ampfleet.core.project_names import project_name_problem
 from ampfleet.core.roles import Role
-from ampfleet.core.settings import ADMIN_KEY_FILE_NAME, get_settings
+from ampfleet.core.settings import (
+    ADMIN_KEY_FILE_NAME,
+    SettingsFileError,
+    get_settings,
+    load_settings_file,
+)
 
 if TYPE_CHECKING:
     # typer vendors click: these are the types its groups' methods take.
@@ -189,16 +195,30 @@ def worker() -> None:
 
 @app.command("run-attempt")
 def run_attempt(
+    pool: Annotated[str, typer.Option(help="The pool whose node this is.")],
     job: Annotated[str, typer.Option(help="The job id.")],
     attempt: Annotated[int, typer.Option(help="The attempt number.")],
+    settings_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="A file of AMPFLEET_* lines over the environment (mode 0600): this node's "
+            "credentials, which the batch job does not carry."
+        ),
+    ] = None,
 ) -> None:
     """Run this node's share of one attempt inside a compute backend's allocation (a Slurm
     batch job's step); what the Slurm pool's batch jobs run, not a command for people."""
     require_extra("worker")
     from ampfleet.workers.one_attempt import run_attempt as run
 
+    if settings_file is not None:
+        try:
+            load_settings_file(settings_file)
+        except SettingsFileError as error:
+            typer.echo(f"ampfleet run-attempt: {error}", err=True)
+            raise typer.Exit(2) from None
     start_server_process("worker", traced=True)
-    raise typer.Exit(run(get_settings(), job, attempt))
+    raise typer.Exit(run(get_settings(), pool, job, attempt))
 
 
 @app.command()

@@ -18,6 +18,12 @@ backend's business, and a backend meets the scheduler at four points only:
    cluster's end states into the lifecycle's transitions (requeue_or_fail, end_if_stopped),
    releasing the attempt's allocations once its cluster says nothing of it runs.
 
+A backend talks to its cluster on a thread of its own, never inside a transaction nor on the
+scheduling pass's thread: a pass applies what the cluster last said and hands back what it
+decided (starts, cancels), so a slow or silent cluster API delays nothing else. What a start
+carries to the cluster is the settings its agents need and no credential (the agents' come
+from the nodes' own configuration).
+
 Inside the allocation the attempt runs ampfleet's own node agent for that one attempt
 (`ampfleet run-attempt`), so ranks, sandbox, records, checkpoints and uploads are the same
 code as on ampfleet nodes. Slurm is the one backend (scheduler/slurm/); a Kubernetes one

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import stat
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
+from dotenv import dotenv_values
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -17,6 +20,21 @@ DEFAULT_SECRET = "development-only-secret"  # noqa: S105 - refused outside devel
 ADMIN_KEY_FILE_NAME = "admin.key"
 # A key prefix ending in one of these is already separated from what follows.
 KEY_SEPARATORS = (":", ".", "_", "-", "/")
+
+
+CREDENTIAL_SETTINGS = frozenset(
+    {
+        "database_url",
+        "broker_url",
+        "secret_key",
+        "s3_access_key_id",
+        "s3_secret_access_key",
+        "slurm_token",
+    }
+)
+"""Settings that grant access to something: never written where others may read them (a Slurm
+job's environment, an event, a log line)."""
+CREDENTIAL_VARIABLES = frozenset(f"AMPFLEET_{name.upper()}" for name in CREDENTIAL_SETTINGS)
 
 
 class Settings(BaseSettings):
@@ -279,6 +297,11 @@ class Settings(BaseSettings):
     slurm_token: SecretStr | None = Field(
         None, description="JWT auth: the token (scontrol token); unset: local auth."
     )
+    slurm_token_file: Path | None = Field(
+        None,
+        description="JWT auth: a file holding the token, read again for every call, so that "
+        "the operator rotates it by replacing the file; wins over AMPFLEET_SLURM_TOKEN.",
+    )
     slurm_partition: str | None = Field(None, description="Partition the jobs go to.")
     slurm_account: str | None = Field(None, description="Account charged, if the site has any.")
     slurm_qos: str | None = Field(None, description="QoS of the jobs, if the site has any.")
@@ -299,7 +322,20 @@ class Settings(BaseSettings):
     )
     slurm_environment: dict[str, str] = Field(
         default_factory=dict,
-        description="Variables the batch jobs get besides the scheduler's own AMPFLEET_* ones.",
+        description="Variables the batch jobs get besides the settings ampfleet passes "
+        "(scheduler/slurm/environment.py); never a credential: Slurm stores and shows them.",
+    )
+    slurm_node_settings_file: str = Field(
+        "",
+        description="A file on every compute node, of AMPFLEET_* lines, mode 0600, owned by "
+        "the user the jobs run as: the credentials the agents need there (database and "
+        "broker URLs, the store's keys), which the batch jobs never carry. Empty: none.",
+    )
+    slurm_output_dir: str = Field(
+        "",
+        description="A folder on every compute node, writable by the user the jobs run as, "
+        "where each batch job's output (its agents' log) goes as <Slurm job name>-<id>.out; "
+        "empty: discarded.",
     )
 
     @field_validator("artifact_url")
@@ -322,6 +358,12 @@ class Settings(BaseSettings):
             raise ValueError("AMPFLEET_SECRET_KEY must be at least 16 characters")
         if self.slurm_pool and not self.slurm_url:
             raise ValueError("AMPFLEET_SLURM_POOL needs AMPFLEET_SLURM_URL (slurmrestd)")
+        if carried := sorted(set(self.slurm_environment) & CREDENTIAL_VARIABLES):
+            raise ValueError(
+                f"AMPFLEET_SLURM_ENVIRONMENT may not carry {', '.join(carried)}: Slurm stores "
+                "and shows a job's environment; put credentials in the nodes' settings file "
+                "(AMPFLEET_SLURM_NODE_SETTINGS_FILE)"
+            )
         return self
 
     @property
@@ -371,3 +413,31 @@ SCHEDULER_QUEUE = "scheduler"
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+class SettingsFileError(ValueError):
+    """A settings file that cannot be used: missing, unreadable, or open to other users."""
+
+
+def load_settings_file(path: Path) -> Settings:
+    """This process's settings with the AMPFLEET_* lines of `path` over its environment: how
+    a node that runs no ampfleet service (a Slurm compute node) gets the credentials its
+    agent needs, which must not travel with the job. The file holds credentials, so one
+    that anybody but its owner may read or write is refused, as ssh refuses such a key."""
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise SettingsFileError(f"{path} is not a regular file")
+        if mode & 0o077:
+            raise SettingsFileError(
+                f"{path} is open to others than its owner (mode {stat.S_IMODE(mode):04o}); "
+                f"it holds credentials: chmod 600 {path}"
+            )
+        values = dotenv_values(path)
+    except OSError as error:
+        raise SettingsFileError(f"cannot read the settings file {path}: {error}") from None
+    os.environ.update(
+        {k: v for k, v in values.items() if k.startswith("AMPFLEET_") and v is not None}
+    )
+    get_settings.cache_clear()
+    return get_settings()

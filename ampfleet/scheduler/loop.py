@@ -7,8 +7,9 @@ allocations and the start messages in one transaction (apply.py); the messages a
 only after that commits. Several schedulers may run: a PostgreSQL advisory lock lets one
 pass run at a time, so a standby takes over as soon as the active one stops.
 
-Where the operator configured a Slurm pool, each pass also mirrors its nodes and watches
-its jobs (before placing), and submits what it placed there after the pass commits
+Where the operator configured a Slurm pool, each pass also applies what slurmrestd last said
+of its nodes and jobs (before placing); every call to slurmrestd, the submits of what the
+pass placed there among them, runs on the backend's own thread, outside any transaction
 (scheduler/slurm/backend.py; the boundary is core/backends.py).
 
 A scheduler that could not reach the database knows the nodes could not write their
@@ -56,6 +57,8 @@ class Scheduler:
 
     def stop(self) -> None:
         self._stop.set()
+        if self.slurm is not None:
+            self.slurm.stop()
 
     # -- one pass -------------------------------------------------------------------------
 
@@ -76,13 +79,10 @@ class Scheduler:
             world = snapshot.load(session, self.settings, now)
             decision = world.decide()
             placed = apply(session, world, decision)
+        if self.slurm is not None:
+            self.slurm.passed()
         with session_scope() as session:
             relay_outbox(session)
-        if self.slurm is not None:
-            with session_scope() as session:
-                # Under the lock too: two schedulers' look-up-then-submit must not interleave.
-                if self._take_lock(session):
-                    self.slurm.relay_starts(session)
         return placed
 
     def _take_lock(self, session: Session) -> bool:
@@ -96,6 +96,8 @@ class Scheduler:
 
     def run_forever(self) -> None:
         log.info("scheduler running (poll every %.1fs)", self.settings.scheduler_poll_s)
+        if self.slurm is not None:
+            self.slurm.start()
         while not self._stop.is_set():
             try:
                 with get_celery().connection_for_read() as connection:

@@ -2,15 +2,18 @@
 allocation (a Slurm batch job's step: one task per node).
 
 It is the same agent as `ampfleet worker`'s, minus what a long-lived node does: it does not
-register (the backend mirrors its nodes), heartbeat (the backend's answers are the nodes'
-heartbeats) or consume a queue. It takes this node's share of the attempt onto the node the
-cluster gave it (node rank: Slurm's node id within the job), claims it and launches the ranks
-exactly as a start message would, then waits until the supervisor has recorded how they
-ended and released the share. Ranks, sandbox, records into the database, checkpoints,
-uploads, cancel and runtime limits are the agent's usual ones.
+register (the backend mirrors its nodes) or consume a queue. It takes this node's share of
+the attempt onto the node the cluster gave it (node rank: Slurm's node id within the job),
+claims it and launches the ranks exactly as a start message would, then waits until the
+supervisor has recorded how they ended and released the share. Ranks, sandbox, records into
+the database, checkpoints, uploads, cancel and runtime limits are the agent's usual ones.
+While it runs it beats its node's heartbeat, so that a node running an attempt stays alive
+while slurmrestd cannot be read (the backend's answers are the heartbeat of the others).
 
-A SIGTERM (a Slurm-side scancel, preemption, or its time limit) preempts the attempt: its
-ranks checkpoint and it goes back to ampfleet's queue; the backend's watcher adds what
+A SIGTERM is Slurm ending the job. Slurm's own state of the job says why (`scontrol`, as
+every Slurm node has): its time limit ends the attempt TIMED_OUT, as ampfleet's own limit
+would; anything else (a Slurm-side scancel, preemption, a lost peer node) preempts it: its
+ranks checkpoint and it goes back to ampfleet's queue, and the backend's watcher adds what
 Slurm said (scheduler/slurm/watch.py).
 """
 
@@ -18,16 +21,23 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shutil
 import signal
+import subprocess
 import threading
+import time
 from types import FrameType
 
 from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
 from ampfleet.core.backends import pool_node_id
 from ampfleet.core.db import session_scope
+from ampfleet.core.lifecycle import transition
 from ampfleet.core.models import Allocation, Node
 from ampfleet.core.settings import Settings
+from ampfleet.core.states import LAUNCHED_STATES, JobState
 from ampfleet.workers.agent import NodeAgent
 from ampfleet.workers.node import detect_capacity
 
@@ -35,19 +45,34 @@ log = logging.getLogger(__name__)
 POLL_S = 1.0
 
 
+SLURM_TIME_LIMIT = (
+    ("JobState", "TIMEOUT"),
+    ("JobState", "DEADLINE"),
+    ("Reason", "TimeLimit"),
+    ("Reason", "DeadLine"),
+)
+SCONTROL_TIMEOUT_S = 10.0
+"""Slurm gives a signalled step KillWait (30 s by default) before SIGKILL."""
+
+
 class OneAttemptAgent(NodeAgent):
-    """A node agent that neither registers nor heartbeats: its node is the backend's."""
+    """A node agent that does not register: its node is the backend's."""
 
     def start(self) -> None:
         self.supervisor.start()
         self.rendezvous.start()
+        self._heartbeat.start()
+
+    def _register(self, session: Session) -> None:
+        """The node's row is the backend's: a beat that finds none creates nothing."""
 
 
-def run_attempt(settings: Settings, job_id: str, attempt: int) -> int:
-    """Run this node's share of the attempt; the exit status: 0 once its end is recorded."""
+def run_attempt(settings: Settings, pool: str, job_id: str, attempt: int) -> int:
+    """Run this node's share of the attempt on a node of `pool`; the exit status: 0 once
+    its end is recorded."""
     node_rank = int(os.environ.get("SLURM_NODEID", "0"))
     slurm_node = os.environ.get("SLURMD_NODENAME", settings.node_name)
-    node_id = pool_node_id(settings.slurm_pool, slurm_node)
+    node_id = pool_node_id(pool, slurm_node)
     slots = _take_share(job_id, attempt, node_rank, node_id)
     if slots is None:
         log.info("%s attempt %s node rank %s: nothing to run here", job_id, attempt, node_rank)
@@ -70,13 +95,74 @@ def run_attempt(settings: Settings, job_id: str, attempt: int) -> int:
         if _released(job_id, attempt, node_rank):
             agent.stop()
             return 0
-    log.info("%s attempt %s: signalled; preempting it", job_id, attempt)
+    slurm_says = _slurm_job_state()
+    if _time_limit(slurm_says):
+        log.info("%s attempt %s: Slurm's time limit; it ends TIMED_OUT", job_id, attempt)
+        _time_out(job_id, attempt, slurm_says or "")
+        agent.stop(reason="slurm_timeout", message="the Slurm job reached its time limit")
+        return 1
+    log.info("%s attempt %s: signalled (Slurm: %s); preempting it", job_id, attempt, slurm_says)
     agent.stop(
         reason="slurm_signalled",
-        message=f"the Slurm job was signalled on {slurm_node} (scancel, preemption or its "
-        "time limit); the attempt checkpoints and goes back to the queue",
+        message=f"the Slurm job was signalled on {slurm_node} (Slurm says "
+        f"{slurm_says or 'nothing'}: a scancel, a preemption, a lost node); the attempt "
+        "checkpoints and goes back to the queue",
     )
     return 1
+
+
+def _slurm_job_state() -> str | None:
+    """Slurm's state of this batch job now, `JobState=... Reason=...` (a job at its time
+    limit is COMPLETING with the reason TimeLimit by the time its steps are signalled);
+    None where Slurm could not say (no scontrol, or no answer within the time)."""
+    slurm_job = os.environ.get("SLURM_JOB_ID")
+    scontrol = shutil.which("scontrol")
+    if not slurm_job or scontrol is None:
+        return None
+    deadline = time.monotonic() + SCONTROL_TIMEOUT_S
+    # Slurm signals every process of the step, and may catch a scontrol just started: again.
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            done = subprocess.run(
+                [scontrol, "--oneliner", "show", "job", slurm_job],
+                capture_output=True,
+                text=True,
+                timeout=left,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            log.warning("scontrol show job %s: %s", slurm_job, error)
+            return None
+        if found := re.findall(r"\b(JobState|Reason)=(\S+)", done.stdout):
+            return " ".join(f"{key}={value}" for key, value in found)
+        log.warning("scontrol show job %s: %s %s", slurm_job, done.returncode, done.stderr[:300])
+        time.sleep(0.2)
+    return None
+
+
+def _time_limit(slurm_says: str | None) -> bool:
+    """Whether Slurm's words are those of a time limit (its own or a deadline's)."""
+    return slurm_says is not None and any(
+        f"{key}={value}" in slurm_says.split() for key, value in SLURM_TIME_LIMIT
+    )
+
+
+def _time_out(job_id: str, attempt: int, slurm_state: str) -> None:
+    message = (
+        f"the Slurm job reached its time limit (Slurm: {slurm_state}): set by the partition, "
+        "an administrator, or stop.max_runtime_s plus AMPFLEET_SLURM_TIME_MARGIN_S"
+    )
+    with session_scope() as session:
+        transition(
+            session,
+            job_id,
+            JobState.TIMED_OUT,
+            from_states=LAUNCHED_STATES,
+            attempt=attempt,
+            reason="slurm_timeout",
+            message=message,
+            failure_reason=message,
+        )
 
 
 def _take_share(job_id: str, attempt: int, node_rank: int, node_id: str) -> int | None:

@@ -1,73 +1,50 @@
 """ampfleet jobs on the Slurm pool, end to end: real API and scheduler processes, no ampfleet
-worker node, the harness's real Slurm (two node daemons where the build allows) whose batch
-jobs run `ampfleet run-attempt` on each node."""
+worker node, the harness's real Slurm (two nodes on the network bed where it can be built)
+whose batch jobs run `ampfleet run-attempt` on each node. One fleet for the module
+(conftest.py); the scheduler reaches slurmrestd through a front the tests steer."""
 
 from __future__ import annotations
 
 import contextlib
 import re
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.slurm.conftest import SLURM_USER, TOKEN, WAIT_S, pool_nodes
 from tests.support.factories import job_spec
-from tests.support.fleet import Fleet, running_fleet
-from tests.support.slurm import PARTITION, SlurmCluster
+from tests.support.fleet import Fleet
+from tests.support.rest_front import FORWARD, ForwardThen, Reply, RestFront, Seen
+from tests.support.slurm import NODE_CREDENTIALS, POOL, SlurmCluster
 
 pytestmark = pytest.mark.e2e
-POOL = "hpc"
-WAIT_S = 300.0  # a bound on waiting, never an assertion about speed
-LOST_NODE = {"slurm_node_fail", "slurm_requeued"}
-
-
-@pytest.fixture
-def fleet(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[Fleet]:
-    env = {
-        "AMPFLEET_SLURM_POOL": POOL,
-        "AMPFLEET_SLURM_URL": f"unix:{slurm_cluster.socket_path}",
-        "AMPFLEET_SLURM_PARTITION": PARTITION,
-        "AMPFLEET_SLURM_TIME_MARGIN_S": "60",
-        "SLURM_CONF": str(slurm_cluster.conf),
-        "AMPFLEET_SANDBOX": "none",
-    }
-    with running_fleet(tmp_path / "fleet", nodes=(), extra_env=env) as fleet:
-        fleet.wait_until(
-            lambda: len(pool_nodes(fleet)) == len(slurm_cluster.node_names),
-            timeout=WAIT_S,
-            what="the Slurm pool's nodes in /v1/nodes",
-        )
-        yield fleet
-
-
-def pool_nodes(fleet: Fleet) -> list[dict[str, Any]]:
-    items = fleet.http.get("/v1/nodes").json()["items"]
-    return [n for n in items if n["labels"].get("pool") == POOL]
+LOST_NODE = {"slurm_node_fail", "slurm_requeued", "slurm_node_out_of_service"}
 
 
 def spec_on_slurm(cluster: SlurmCluster, **overrides: Any) -> dict[str, Any]:
-    two_nodes = len(cluster.node_names) >= 2
-    shape = {"nodes": 2, "procs_per_node": 1} if two_nodes else {"nodes": 1, "procs_per_node": 2}
+    """Two nodes x 1 rank where the cluster has two nodes, else one node x 2 ranks (for the
+    tests that are about Slurm's part, not the gang's shape)."""
+    two = cluster.need_nodes(2) is None
+    shape = {"nodes": 2, "procs_per_node": 1} if two else {"nodes": 1, "procs_per_node": 2}
     return job_spec(resources={**shape, "selector": {"pool": POOL}}, **overrides)
 
 
 def slurm_jobs_of(cluster: SlurmCluster, job_id: str) -> list[str]:
-    out = cluster.command("squeue", "--noheader", "--states=all", "--format=%i %j %T")
+    """`<slurm id> <name> <state> <nodes>` of every Slurm job of ampfleet job `job_id`."""
+    out = cluster.command("squeue", "--noheader", "--states=all", "--format=%i %j %T %N")
     return [line for line in out.splitlines() if job_id in line]
 
 
-def rank0_logs(fleet: Fleet, job_id: str) -> list[dict[str, Any]]:
-    """Every stored line of rank 0, page by page (a page is bounded)."""
-    lines: list[dict[str, Any]] = []
-    after = 0
-    while True:
-        page = fleet.http.get(f"/v1/jobs/{job_id}/logs", params={"rank": 0, "after": after}).json()
-        lines.extend(page["items"])
-        if not page["items"] or page["next_after"] is None:
-            return lines
-        after = page["next_after"]
+def loss_steps(fleet: Fleet, job_id: str) -> list[int]:
+    metrics = fleet.http.get(f"/v1/jobs/{job_id}/metrics").json()
+    return [p["step"] for p in {s["name"]: s["points"] for s in metrics["series"]}["loss"]]
+
+
+def secrets_of(fleet: Fleet) -> dict[str, str]:
+    """What the batch jobs must never carry: the fleet's credentials and its API secret."""
+    names = ("AMPFLEET_SECRET_KEY", *NODE_CREDENTIALS)
+    return {name: fleet.env[name] for name in names if fleet.env.get(name)}
 
 
 def test_the_pool_shows_the_capacity_slurm_reports(
@@ -80,30 +57,50 @@ def test_the_pool_shows_the_capacity_slurm_reports(
         assert node["alive"]
 
 
-def test_a_digits_job_runs_as_one_slurm_job_and_succeeds(
-    fleet: Fleet, slurm_cluster: SlurmCluster
+def test_a_digits_job_runs_on_two_slurm_nodes_and_succeeds_carrying_no_secret(
+    fleet: Fleet, slurm_cluster: SlurmCluster, front: RestFront
 ) -> None:
+    if reason := slurm_cluster.need_nodes(2):
+        pytest.skip(reason)
     steps = 30
-    job = fleet.submit(spec_on_slurm(slurm_cluster, stop={"max_steps": steps}, log_every_steps=1))
-    seen_in_squeue: list[str] = []
+    spec = job_spec(
+        resources={"nodes": 2, "procs_per_node": 1, "selector": {"pool": POOL}},
+        stop={"max_steps": steps},
+        log_every_steps=1,
+    )
+    job = fleet.submit(spec)
+    running: list[str] = []
+    carried: list[str] = []
 
     def running_in_slurm() -> bool:
-        seen_in_squeue.extend(n for n in slurm_cluster.squeue_names() if job["id"] in n)
-        return bool(seen_in_squeue) or fleet.job(job["id"])["state"] == "SUCCEEDED"
+        found = [line for line in slurm_jobs_of(slurm_cluster, job["id"]) if "RUNNING" in line]
+        if found and not running:
+            running.extend(found)
+            # While it runs: everything slurmctld keeps of it, as its administrators see it.
+            kept = [p.read_bytes() for p in slurm_cluster.state_files()]
+            kept.append(slurm_cluster.command("scontrol", "show", "job", "-dd").encode())
+            carried.extend(
+                name
+                for name, value in secrets_of(fleet).items()
+                if any(value.encode() in blob for blob in kept)
+            )
+            assert any(b"AMPFLEET_DATA_DIR=" in blob for blob in kept)  # read the right files
+        return bool(running) or fleet.job(job["id"])["state"] == "SUCCEEDED"
 
-    fleet.wait_until(running_in_slurm, timeout=WAIT_S, what="the job in squeue")
+    fleet.wait_until(running_in_slurm, timeout=WAIT_S, what="the job running in squeue")
     done = fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=WAIT_S)
-    assert seen_in_squeue == [f"ampfleet-{job['id']}-1"] * len(seen_in_squeue)
+    assert running, "the job was never seen RUNNING in squeue"
+    assert carried == []
+    (slurm_id, name, _, nodes) = running[0].split()
+    assert name == f"ampfleet-{job['id']}-1"
+    assert nodes == "node[1-2]"
     assert done["precision"]["effective"] == "bf16"
     assert done["allreduce_dtype"]["effective"] == "bf16"
     events = fleet.events(job["id"])
-    submitted = [e for e in events if e["reason"] == "slurm_submitted"]
-    assert len(submitted) == 1
+    assert len([e for e in events if e["reason"] == "slurm_submitted"]) == 1
     transitions = [e["to_state"] for e in events if e["kind"] == "transition"]
     assert transitions == ["QUEUED", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED"]
-    metrics = fleet.http.get(f"/v1/jobs/{job['id']}/metrics").json()
-    series = {s["name"]: s["points"] for s in metrics["series"]}
-    assert [p["step"] for p in series["loss"]] == list(range(1, steps + 1))
+    assert loss_steps(fleet, job["id"]) == list(range(1, steps + 1))
     logs = fleet.http.get(f"/v1/jobs/{job['id']}/logs", params={"limit": 1000}).json()["items"]
     assert {line["rank"] for line in logs} == {0, 1}
     assert any(f"step {steps}/{steps}" in line["line"] for line in logs)
@@ -111,6 +108,13 @@ def test_a_digits_job_runs_as_one_slurm_job_and_succeeds(
     assert model.status_code == 200
     assert len(model.content) > 1000
     assert len(slurm_jobs_of(slurm_cluster, job["id"])) == 1
+    # The batch job's output (its agents' log) is in the configured folder, not in /tmp.
+    output = Path(fleet.env["AMPFLEET_SLURM_OUTPUT_DIR"]) / f"{name}-{slurm_id}.out"
+    assert output.exists()
+    # Every call to slurmrestd carried the JWT headers, the token read from its file.
+    assert front.seen
+    assert {s.headers.get("x-slurm-user-name") for s in front.seen} == {SLURM_USER}
+    assert {s.headers.get("x-slurm-user-token") for s in front.seen} == {TOKEN}
 
 
 def test_cancel_through_ampfleet_ends_the_slurm_job(
@@ -149,58 +153,143 @@ def test_a_slurm_side_scancel_is_seen_with_the_reason_and_retried(
     fleet.wait_for_state(job["id"], {"CANCELLED"}, timeout=WAIT_S)
 
 
-def test_a_slurm_side_scancel_mid_run_retries_and_resumes_from_the_checkpoint(
+def test_a_scheduler_killed_between_submit_and_commit_leaves_one_slurm_job(
+    fleet: Fleet, slurm_cluster: SlurmCluster, front: RestFront
+) -> None:
+    """The front passes the submit on to slurmrestd, which creates the Slurm job, and kills
+    the scheduler before it hears the answer: it never marked the start relayed. The next
+    scheduler finds the job by its name instead of submitting it again."""
+
+    def kill_at_submit(seen: Seen) -> Any:
+        if seen.method == "POST" and seen.path.endswith("/job/submit"):
+            return ForwardThen(lambda: fleet.kill("scheduler"))
+        return FORWARD
+
+    front.policy = kill_at_submit
+    try:
+        job = fleet.submit(spec_on_slurm(slurm_cluster, stop={"max_steps": 10}))
+        fleet.wait_until(
+            lambda: fleet.processes["scheduler"].poll() is not None,
+            timeout=WAIT_S,
+            what="the scheduler killed at its submit",
+        )
+    finally:
+        front.policy = lambda _seen: FORWARD
+    submits_before = len([s for s in front.seen if s.path.endswith("/job/submit")])
+    assert len(slurm_jobs_of(slurm_cluster, job["id"])) == 1
+    fleet.start_scheduler("scheduler")
+    fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=WAIT_S)
+    assert len(slurm_jobs_of(slurm_cluster, job["id"])) == 1
+    assert len([s for s in front.seen if s.path.endswith("/job/submit")]) == submits_before
+
+
+def test_a_refused_token_makes_the_start_wait_saying_so_and_a_rotated_one_runs_it(
+    fleet: Fleet, slurm_cluster: SlurmCluster, front: RestFront
+) -> None:
+    """slurmrestd answers 401 to the token in the file (expired); the job is not failed:
+    it waits, the job and the pool say why, and once the operator replaces the file with a
+    good token it runs. (The harness's 22.05 controller has no JWT plugin: the front plays
+    slurmrestd's auth, and passes the rest on.)"""
+    token_file = fleet.env["AMPFLEET_SLURM_TOKEN_FILE"]
+    good = "token-2"
+
+    def check_token(seen: Seen) -> Any:
+        if seen.headers.get("x-slurm-user-token") != good:
+            return Reply(401, {"errors": [{"error": "Authentication failure"}]})
+        return FORWARD
+
+    front.policy = check_token
+    try:
+        job = fleet.submit(spec_on_slurm(slurm_cluster, stop={"max_steps": 10}))
+        fleet.wait_until(
+            lambda: all(
+                "HTTP 401" in (n["state_reason"] or "") and n["state"] == "cordoned"
+                for n in pool_nodes(fleet)
+            ),
+            timeout=WAIT_S,
+            what="the pool's nodes cordoned saying slurmrestd refused the token",
+        )
+        # Placed before the pool was cordoned, its start waits saying why; placed after, it
+        # waits in the queue for the cordoned nodes. Either way it is not failed.
+        fleet.wait_until(
+            lambda: said_why(fleet, job["id"]), timeout=WAIT_S, what="the job saying why"
+        )
+        assert fleet.job(job["id"])["state"] in {"QUEUED", "SCHEDULED"}
+        with open(token_file, "w") as rotated:
+            rotated.write(good)
+        done = fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=WAIT_S)
+    finally:
+        front.policy = lambda _seen: FORWARD
+        with open(token_file, "w") as restored:
+            restored.write(TOKEN)
+    assert done["attempt"] == 1
+    assert "slurm_refused" not in [e["reason"] for e in fleet.events(job["id"])]
+
+
+def said_why(fleet: Fleet, job_id: str) -> bool:
+    waits = [e for e in fleet.events(job_id) if e["reason"] == "slurm_start_waits"]
+    if waits:
+        assert "credentials" in waits[0]["message"], waits
+        return True
+    pending = fleet.job(job_id).get("pending_reason") or ""
+    return "401" in pending or "cordoned" in pending
+
+
+def test_a_job_larger_than_the_partition_is_refused_saying_so(
     fleet: Fleet, slurm_cluster: SlurmCluster
 ) -> None:
-    steps, every = 600, 20
-    job = fleet.submit(
-        spec_on_slurm(
-            slurm_cluster,
-            stop={"max_steps": steps},
-            log_every_steps=1,
-            checkpoint={"every_steps": every},
-            retry={"max_restarts": 1},
-        )
-    )
-    fleet.wait_until(
-        lambda: fleet.job(job["id"])["progress"]["step"] >= 3 * every,
-        timeout=WAIT_S,
-        what="a checkpoint of the first attempt",
-    )
-    slurm_cluster.command("scancel", f"--name=ampfleet-{job['id']}-1")
-    done = fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=WAIT_S)
-    assert done["attempt"] == 2
-    events = fleet.events(job["id"])
-    reasons = {e["reason"] for e in events if e["attempt"] == 1}
-    assert reasons & {"slurm_signalled", "slurm_cancelled"}, reasons
+    too_many = len(slurm_cluster.node_names) + 1
+    spec = job_spec(resources={"nodes": too_many, "procs_per_node": 1, "selector": {"pool": POOL}})
+    response = fleet.http.post("/v1/jobs", json=spec)
+    assert response.status_code == 422, response.text
+    assert "node" in response.text
+
+
+def test_a_job_that_does_not_name_the_pool_is_refused_saying_how_to_name_it(
+    fleet: Fleet, slurm_cluster: SlurmCluster
+) -> None:
+    del slurm_cluster  # the pool must exist, and be passed over
+    response = fleet.http.post("/v1/jobs", json=job_spec())
+    assert response.status_code == 422, response.text
+    assert f"pool: {POOL}" in response.json()["error"]["message"]
+
+
+# -- the long tier: a run interrupted mid-way, resumed from its checkpoint --------------------
+
+
+def first_step_of_attempt(fleet: Fleet, job_id: str, attempt: int) -> int:
+    """The first step rank 0 logged in `attempt`."""
+    after = 0
+    for _ in range(1000):
+        page = fleet.http.get(f"/v1/jobs/{job_id}/logs", params={"rank": 0, "after": after}).json()
+        for line in page["items"]:
+            found = re.search(r"step (\d+)/", line["line"])
+            if line["attempt"] == attempt and found:
+                return int(found.group(1))
+        if not page["items"] or page["next_after"] is None:
+            break
+        after = page["next_after"]
+    raise AssertionError(f"attempt {attempt} of {job_id} logged no step")
+
+
+def assert_resumed_from_checkpoint(fleet: Fleet, job_id: str, steps: int) -> None:
+    """Attempt 2 began after attempt 1's checkpoint, and every loss point is there once."""
+    events = fleet.events(job_id)
     resumed = next(e for e in events if e["attempt"] == 2 and e["to_state"] == "RUNNING")
     found = re.search(r"resumed at step (\d+)", resumed["message"])
     assert found, (resumed["message"], events)
     checkpointed = int(found.group(1))
-    assert checkpointed >= every
-    metrics = fleet.http.get(f"/v1/jobs/{job['id']}/metrics").json()
-    points = {s["name"]: s["points"] for s in metrics["series"]}["loss"]
-    assert [p["step"] for p in points] == list(range(1, steps + 1))
-    logs = rank0_logs(fleet, job["id"])
-    # The second attempt's first step is the one after the checkpoint, not step 1.
-    first_step_of_2 = [
-        int(m.group(1))
-        for line in logs
-        if line["attempt"] == 2 and (m := re.search(r"step (\d+)/", line["line"]))
-    ]
-    assert first_step_of_2, "the second attempt logged no step"
-    assert first_step_of_2[0] == checkpointed + 1 > 1
-    assert len(slurm_jobs_of(slurm_cluster, job["id"])) == 2
+    assert checkpointed >= 1
+    assert first_step_of_attempt(fleet, job_id, 2) == checkpointed + 1
+    assert loss_steps(fleet, job_id) == list(range(1, steps + 1))
 
 
-def test_a_node_marked_down_is_seen_with_the_reason_and_retried(
-    fleet: Fleet, slurm_cluster: SlurmCluster
-) -> None:
-    node = slurm_cluster.node_names[-1]
+def checkpointed_job(fleet: Fleet, cluster: SlurmCluster, steps: int) -> dict[str, Any]:
+    """A job that checkpoints every 20 steps, retried once; returned once it passed 40."""
     job = fleet.submit(
         spec_on_slurm(
-            slurm_cluster,
-            stop={"max_steps": 300},
+            cluster,
+            stop={"max_steps": steps},
             log_every_steps=1,
             checkpoint={"every_steps": 20},
             retry={"max_restarts": 1},
@@ -209,8 +298,33 @@ def test_a_node_marked_down_is_seen_with_the_reason_and_retried(
     fleet.wait_until(
         lambda: fleet.job(job["id"])["progress"]["step"] >= 40,
         timeout=WAIT_S,
-        what="the first attempt running",
+        what="a checkpoint of the first attempt",
     )
+    return job
+
+
+@pytest.mark.slow
+def test_a_slurm_side_scancel_mid_run_retries_and_resumes_from_the_checkpoint(
+    fleet: Fleet, slurm_cluster: SlurmCluster
+) -> None:
+    steps = 600
+    job = checkpointed_job(fleet, slurm_cluster, steps)
+    slurm_cluster.command("scancel", f"--name=ampfleet-{job['id']}-1")
+    done = fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=WAIT_S)
+    assert done["attempt"] == 2
+    reasons = {e["reason"] for e in fleet.events(job["id"]) if e["attempt"] == 1}
+    assert reasons & {"slurm_signalled", "slurm_cancelled"}, reasons
+    assert_resumed_from_checkpoint(fleet, job["id"], steps)
+    assert len(slurm_jobs_of(slurm_cluster, job["id"])) == 2
+
+
+@pytest.mark.slow
+def test_a_node_marked_down_is_seen_with_the_reason_and_retried(
+    fleet: Fleet, slurm_cluster: SlurmCluster
+) -> None:
+    node = slurm_cluster.node_names[-1]
+    steps = 300
+    job = checkpointed_job(fleet, slurm_cluster, steps)
     try:
         # Drained first, so that it stays out of service once down (ReturnToService=2 would
         # bring a merely DOWN node back as soon as its slurmd answers); DOWN ends its jobs.
@@ -240,43 +354,8 @@ def test_a_node_marked_down_is_seen_with_the_reason_and_retried(
     assert done["attempt"] == 2
     failed = next(e for e in fleet.events(job["id"]) if e["reason"] in LOST_NODE)
     assert failed["attempt"] == 1
-    # NODE_FAIL where the submit turned Slurm's requeue off; 22.05's v0.0.38 cannot, and
-    # Slurm requeues the job instead, which ampfleet cancels, naming the node and its reason.
-    assert "NODE_FAIL" in failed["message"] or "test-node-down" in failed["message"]
-    metrics = fleet.http.get(f"/v1/jobs/{job['id']}/metrics").json()
-    points = {s["name"]: s["points"] for s in metrics["series"]}["loss"]
-    assert [p["step"] for p in points] == list(range(1, 301))
-
-
-def test_a_scheduler_killed_right_after_submitting_leaves_one_slurm_job(
-    fleet: Fleet, slurm_cluster: SlurmCluster
-) -> None:
-    job = fleet.submit(spec_on_slurm(slurm_cluster, stop={"max_steps": 10}))
-    fleet.wait_until(
-        lambda: bool(slurm_jobs_of(slurm_cluster, job["id"])),
-        timeout=WAIT_S,
-        what="the Slurm job",
-    )
-    fleet.kill("scheduler", signal.SIGKILL)
-    fleet.start_scheduler("scheduler")
-    fleet.wait_for_state(job["id"], {"SUCCEEDED"}, timeout=WAIT_S)
-    assert len(slurm_jobs_of(slurm_cluster, job["id"])) == 1
-
-
-def test_a_job_larger_than_the_partition_is_refused_saying_so(
-    fleet: Fleet, slurm_cluster: SlurmCluster
-) -> None:
-    too_many = len(slurm_cluster.node_names) + 1
-    spec = job_spec(resources={"nodes": too_many, "procs_per_node": 1, "selector": {"pool": POOL}})
-    response = fleet.http.post("/v1/jobs", json=spec)
-    assert response.status_code == 422, response.text
-    assert "node" in response.text
-
-
-def test_a_job_that_does_not_name_the_pool_is_refused_saying_how_to_name_it(
-    fleet: Fleet, slurm_cluster: SlurmCluster
-) -> None:
-    del slurm_cluster  # the pool must exist, and be passed over
-    response = fleet.http.post("/v1/jobs", json=job_spec())
-    assert response.status_code == 422, response.text
-    assert f"pool: {POOL}" in response.json()["error"]["message"]
+    # The node out of service, with Slurm's reason; then NODE_FAIL where the submit turned
+    # Slurm's requeue off (22.05's v0.0.38 cannot: Slurm requeues the job instead, which
+    # ampfleet cancels, naming the node and its reason).
+    assert "test-node-down" in failed["message"]
+    assert loss_steps(fleet, job["id"]) == list(range(1, steps + 1))

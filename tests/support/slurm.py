@@ -5,12 +5,16 @@ system-wide: a generated slurm.conf and cgroup.conf, its own munge daemon, key a
 state and spool folders, all in one temporary folder, on free ports. The controller and the
 node daemons run as root (SlurmUser=root), so that jobs may run as root, as an ampfleet node
 agent does. slurmrestd listens on a unix socket with local auth (`start_cluster` says why
-not JWT, and as which user it runs); nothing listens beyond loopback.
+not JWT, and as which user it runs); nothing listens beyond loopback and the bed.
 
-Two node daemons on one machine (`slurmd -N node1`, `-N node2`, each on its own port) give
-a real 2-node allocation; where they cannot start, the cluster is one node with every CPU
-(`SlurmCluster.node_names` says which). Every daemon is stopped on `close()`, at the end of
-the `with`, and at exit.
+Two nodes, two ways (`cluster_for_tests` picks): on the multi-host network bed
+(tests/support/netbed.py), each slurmd in a host namespace of its own with the host's
+address as its NodeAddr and slurmctld on the bed's root address, so that the job's ranks and
+agents talk across the bed's links as between machines (the fleet's services must then
+listen on `service_address`); else two node daemons on loopback (`slurmd -N node1`, `-N
+node2`, each on its own port). Where neither can start, one node, and `fewer_nodes` says
+why: a test that needs two nodes skips with it. Every daemon is stopped on `close()`, at the
+end of the `with`, and at exit.
 """
 
 from __future__ import annotations
@@ -21,17 +25,21 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.netbed import NetworkBed, NetworkBedUnavailableError, network_bed
 from tests.support.ports import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmrestd", "scontrol", "sbatch", "squeue")
 PARTITION = "ampfleet"
+POOL = "hpc"
 READY_WAIT_S = 60.0
 
 
@@ -61,17 +69,51 @@ def _which(name: str) -> str:
     return found
 
 
+NODE_MARK = "AMPFLEET_TEST_SLURM_NODE"
+"""In each slurmd's environment, and so in its slurmstepds': which node a process is of."""
+NODE_CREDENTIALS = (
+    "AMPFLEET_DATABASE_URL",
+    "AMPFLEET_BROKER_URL",
+    "AMPFLEET_S3_ACCESS_KEY_ID",
+    "AMPFLEET_S3_SECRET_ACCESS_KEY",
+)
+"""What an operator puts in the compute nodes' settings file: what the batch job never
+carries (scheduler/slurm/environment.py)."""
+
+
 @dataclass
 class SlurmCluster:
     root: Path
     node_names: list[str]
     cpus_per_node: int
     socket_path: Path
+    bed: NetworkBed | None = None
+    """The network bed whose hosts the nodes are (node i on host i), or None: loopback."""
+    fewer_nodes: str | None = None
+    """Why the cluster has fewer nodes than asked for; None when it has them all."""
     _processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _node_daemons: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _node_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def conf(self) -> Path:
         return self.root / "slurm.conf"
+
+    @property
+    def controller_address(self) -> str:
+        return self.bed.root_address if self.bed else "127.0.0.1"
+
+    service_address = controller_address
+    """Where services the jobs' agents reach (the fleet's database, broker) must listen."""
+
+    def node_address(self, index: int) -> str:
+        return self.bed.address(index) if self.bed else "127.0.0.1"
+
+    def need_nodes(self, count: int) -> str | None:
+        """Why a test of `count` nodes cannot run on this cluster; None when it can."""
+        if len(self.node_names) >= count:
+            return None
+        return f"the Slurm cluster has {len(self.node_names)} node(s): {self.fewer_nodes}"
 
     def env(self) -> dict[str, str]:
         """The environment Slurm's commands (squeue, scancel, srun) need for this cluster."""
@@ -93,6 +135,63 @@ class SlurmCluster:
         """Names of the jobs Slurm has queued or running (its own view, not the REST one)."""
         out = self.command("squeue", "--noheader", "--format=%j")
         return [line.strip() for line in out.splitlines() if line.strip()]
+
+    def state_files(self) -> list[Path]:
+        """Every file of slurmctld's state folder: where it keeps each job's batch script
+        and environment, as administrators and backups see them."""
+        return [p for p in (self.root / "state").rglob("*") if p.is_file()]
+
+    # -- nodes that fail --------------------------------------------------------------------
+
+    def kill_node(self, name: str) -> list[int]:
+        """Kill node `name` outright, as a power failure would: its slurmd, its slurmstepds
+        and everything they started (the jobs' agents and ranks there). The pids killed."""
+        daemon = self._node_daemons.get(name)
+        if daemon is None:
+            raise KeyError(name)
+        doomed = set(self._node_processes(name))
+        doomed.add(daemon.pid)
+        for pid in sorted(doomed):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        daemon.wait(timeout=30)
+        return sorted(doomed)
+
+    def _node_processes(self, name: str) -> list[int]:
+        index = self.node_names.index(name)
+        if self.bed is not None:  # a host of the bed: everything in its namespace
+            out = subprocess.run(
+                ["ip", "netns", "pids", self.bed.namespace(index)],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+            return [int(pid) for pid in out.split()]
+        marks = (f"{NODE_MARK}={name}".encode(), f"SLURMD_NODENAME={name}".encode())
+        found = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                environ = (proc / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(mark in environ for mark in marks):
+                found.append(int(proc.name))
+        return found
+
+    def start_node(self, name: str) -> None:
+        """(Re)start node `name`'s slurmd, as a node coming back after a failure."""
+        index = self.node_names.index(name)
+        args = [_which("slurmd"), "-D"]
+        if len(self.node_names) > 1:
+            args += ["-N", name]
+        if self.bed is not None:
+            args = self.bed.command(index, args)
+        env = {**self._node_env, NODE_MARK: name}
+        process = _spawn(self, f"slurmd-{name}", args, env)
+        self._node_daemons[name] = process
+        self._processes.append(process)
 
     def close(self) -> None:
         for process in reversed(self._processes):
@@ -141,23 +240,44 @@ def _stop_all() -> None:
         cluster.close()
 
 
+@contextlib.contextmanager
+def cluster_for_tests(*, rest_as_root: bool = True) -> Iterator[SlurmCluster]:
+    """Two nodes on the network bed where this process can build one, else two on loopback,
+    else one; `SlurmCluster.fewer_nodes` says why it has fewer than two."""
+    with contextlib.ExitStack() as stack:
+        why: list[str] = []
+        try:
+            bed = stack.enter_context(network_bed(2))
+        except NetworkBedUnavailableError as error:
+            bed = None
+            why.append(f"no network bed ({error})")
+        attempts = [(2, bed), (2, None), (1, None)] if bed else [(2, None), (1, None)]
+        for nodes, on_bed in attempts:
+            try:
+                cluster = start_cluster(nodes, bed=on_bed, rest_as_root=rest_as_root)
+            except RuntimeError as error:
+                why.append(
+                    f"{nodes} node(s) {'on the bed' if on_bed else 'on loopback'} did "
+                    f"not start: {str(error).splitlines()[0]}"
+                )
+                continue
+            cluster.fewer_nodes = "; ".join(why) if nodes < 2 else None
+            stack.callback(cluster.close)
+            yield cluster
+            return
+        raise RuntimeError("no Slurm cluster could start: " + "; ".join(why))
+
+
 def start_cluster(
-    nodes: int = 2, *, extra_env: dict[str, str] | None = None, rest_as_root: bool = True
+    nodes: int = 2,
+    *,
+    bed: NetworkBed | None = None,
+    extra_env: dict[str, str] | None = None,
+    rest_as_root: bool = True,
 ) -> SlurmCluster:
-    """`nodes` node daemons on this machine (`slurmd -N`); where this build of slurmd cannot
-    run several, one node with every CPU. See `_start_cluster` for the rest."""
-    try:
-        return _start_cluster(nodes, extra_env=extra_env, rest_as_root=rest_as_root)
-    except RuntimeError:
-        if nodes == 1:
-            raise
-    return _start_cluster(1, extra_env=extra_env, rest_as_root=rest_as_root)
-
-
-def _start_cluster(
-    nodes: int, *, extra_env: dict[str, str] | None = None, rest_as_root: bool = True
-) -> SlurmCluster:
-    """Start a cluster of `nodes` node daemons. `extra_env`: variables the node daemons
+    """Start a cluster of `nodes` node daemons: on the hosts of `bed` (node i on host i),
+    else on loopback (`slurmd -N`); raises RuntimeError where they cannot start (this build
+    of slurmd may not run several on one host). `extra_env`: variables the node daemons
     (and so the jobs' steps) inherit.
 
     `rest_as_root`: slurmrestd with local auth submits as its own uid, and jobs run as the
@@ -168,6 +288,8 @@ def _start_cluster(
     problem = slurm_problem()
     if problem:
         raise RuntimeError(problem)
+    if bed is not None and bed.hosts < nodes:
+        raise RuntimeError(f"a bed of {bed.hosts} hosts cannot hold {nodes} nodes")
     root = Path(tempfile.mkdtemp(prefix="slurm-"))
     root.chmod(0o755)
     cpus = os.cpu_count() or 1
@@ -182,20 +304,19 @@ def _start_cluster(
         node_names=names,
         cpus_per_node=cpus_per_node,
         socket_path=rest_dir / "slurmrestd.socket",
+        bed=bed,
     )
     _started.append(cluster)
     try:
         _write_config(cluster)
         env = {**os.environ, **(extra_env or {}), "SLURM_CONF": str(cluster.conf)}
+        cluster._node_env = env
         _start_munge(cluster)
         cluster._processes.append(
             _spawn(cluster, "slurmctld", [_which("slurmctld"), "-D", "-i"], env)
         )
         for name in names:
-            args = [_which("slurmd"), "-D"]
-            if len(names) > 1:
-                args += ["-N", name]
-            cluster._processes.append(_spawn(cluster, f"slurmd-{name}", args, env))
+            cluster.start_node(name)
         _wait_nodes_idle(cluster)
         cluster._processes.append(_start_rest(cluster, env, rest_as_root))
         _wait_socket(cluster)
@@ -217,14 +338,14 @@ def _write_config(cluster: SlurmCluster) -> None:
     for i, name in enumerate(cluster.node_names):
         port = first_node_port if i == 0 else free_port()
         node_lines.append(
-            f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} "
-            f"CPUs={cluster.cpus_per_node} RealMemory=1000 State=UNKNOWN"
+            f"NodeName={name} NodeHostname={host} NodeAddr={cluster.node_address(i)} "
+            f"Port={port} CPUs={cluster.cpus_per_node} RealMemory=1000 State=UNKNOWN"
         )
     cluster.conf.write_text(
         "\n".join(
             [
                 "ClusterName=ampfleet",
-                f"SlurmctldHost={host}(127.0.0.1)",
+                f"SlurmctldHost={host}({cluster.controller_address})",
                 f"SlurmctldPort={ctld_port}",
                 "SlurmUser=root",
                 "SlurmdUser=root",
@@ -250,7 +371,7 @@ def _write_config(cluster: SlurmCluster) -> None:
                 "MpiDefault=none",
                 "ReturnToService=2",
                 "MinJobAge=600",
-                "KillWait=5",
+                "KillWait=15",  # the agents ask scontrol why they were signalled
                 "InactiveLimit=0",
                 "SlurmdTimeout=30",
                 *node_lines,
@@ -373,3 +494,32 @@ def _wait_socket(cluster: SlurmCluster) -> None:
             raise RuntimeError("slurmrestd exited")
         time.sleep(0.1)
     raise RuntimeError("slurmrestd did not open its socket")
+
+
+def write_node_settings(path: Path, fleet_env: Mapping[str, str]) -> Path:
+    """The compute nodes' settings file an operator writes (mode 0600): the credentials of
+    `fleet_env` (a fleet's environment) that the batch jobs never carry."""
+    lines = [f"{name}={fleet_env[name]}" for name in NODE_CREDENTIALS if fleet_env.get(name)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def slurm_fleet_env(cluster: SlurmCluster, root: Path, *, url: str | None = None) -> dict[str, str]:
+    """A fleet's variables for a Slurm pool `POOL` on `cluster` (through `url`, else its
+    slurmrestd): its node settings file (written by `write_node_settings` once the fleet's
+    credentials are known) and the batch jobs' output folder under `root`."""
+    output = root / "slurm-output"
+    output.mkdir(parents=True, exist_ok=True)
+    return {
+        "AMPFLEET_SLURM_POOL": POOL,
+        "AMPFLEET_SLURM_URL": url or f"unix:{cluster.socket_path}",
+        "AMPFLEET_SLURM_PARTITION": PARTITION,
+        "AMPFLEET_SLURM_TIME_MARGIN_S": "60",
+        "AMPFLEET_SLURM_NODE_SETTINGS_FILE": str(root / "node-settings.env"),
+        "AMPFLEET_SLURM_OUTPUT_DIR": str(output),
+        "SLURM_CONF": str(cluster.conf),
+        "AMPFLEET_SANDBOX": "none",
+    }

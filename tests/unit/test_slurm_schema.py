@@ -19,7 +19,7 @@ from ampfleet.scheduler.slurm.states import Next, meaning
         ("FAILED", Next.RETRY),
         ("NODE_FAIL", Next.RETRY),
         ("PREEMPTED", Next.RETRY),
-        ("OUT_OF_MEMORY", Next.RETRY),
+        ("OUT_OF_MEMORY", Next.FAILED),
         ("BOOT_FAIL", Next.RETRY),
         ("TIMEOUT", Next.TIMED_OUT),
         ("CANCELLED", Next.CANCELLED),
@@ -117,3 +117,23 @@ def test_job_names_read_back_as_job_and_attempt() -> None:
     assert parse_job_name(name) == ("job_01jabc-x", 3)
     assert parse_job_name("someone-elses-job") is None
     assert parse_job_name("ampfleet-job_1-") is None
+
+
+@pytest.mark.parametrize(
+    ("slurm_says", "time_limit"),
+    [
+        ("JobState=COMPLETING Reason=TimeLimit", True),  # 22.05, as its steps are signalled
+        ("JobState=TIMEOUT Reason=TimeLimit", True),
+        ("JobState=DEADLINE Reason=DeadLine", True),
+        ("JobState=CANCELLED Reason=None", False),
+        ("JobState=COMPLETING Reason=None", False),
+        ("JobState=PREEMPTED Reason=None", False),
+        (None, False),
+    ],
+)
+def test_an_agent_tells_slurms_time_limit_from_other_signals(
+    slurm_says: str | None, time_limit: bool
+) -> None:
+    from ampfleet.workers.one_attempt import _time_limit
+
+    assert _time_limit(slurm_says) is time_limit

@@ -8,7 +8,12 @@ speaks the newest it knows, and normalises both answers into the same small reco
 above this module sees a schema version.
 
 Jobs are found by name: ampfleet names each Slurm job after its job and attempt, which is what
-makes a submit idempotent across scheduler restarts (backend.py looks before it submits).
+makes a submit idempotent across scheduler restarts (starts.py looks before it submits).
+
+Auth: local (the unix socket's peer), or JWT: `X-SLURM-USER-NAME` and `X-SLURM-USER-TOKEN`
+on every request, the token read again from its file for each one, so that an operator
+rotates it by replacing the file. A 401 or 403 is not Slurm refusing the job but ampfleet's
+credentials refused (an expired token): `SlurmError.refused` is False, and the caller waits.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,11 +32,16 @@ _PATH_VERSION = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
 
 
 class SlurmError(RuntimeError):
-    """slurmrestd answered with an error, or could not be reached (`refused` False)."""
+    """slurmrestd answered with an error (`refused`: Slurm said no to this request, and will
+    again), or could not be reached, or refused ampfleet's credentials (`refused` False: a
+    later try may succeed)."""
 
     def __init__(self, message: str, *, refused: bool = True) -> None:
         super().__init__(message)
         self.refused = refused
+
+
+AUTH_REFUSED = frozenset({401, 403})
 
 
 @dataclass(frozen=True)
@@ -84,8 +95,9 @@ class BatchJob:
 
 
 class SlurmClient:
-    """`url`: `unix:/path/to/slurmrestd.socket` or `http(s)://host:port`. `user` and `token`:
-    JWT auth (X-SLURM-USER-NAME/-TOKEN); neither: local auth, as the socket's peer."""
+    """`url`: `unix:/path/to/slurmrestd.socket` or `http(s)://host:port`. JWT auth: `token`,
+    or `token_file` (read for every request; it wins), with `user`; none: local auth, as
+    the socket's peer."""
 
     def __init__(
         self,
@@ -93,23 +105,17 @@ class SlurmClient:
         *,
         user: str | None = None,
         token: str | None = None,
+        token_file: Path | None = None,
         timeout_s: float = 15.0,
     ) -> None:
-        headers = {}
-        if token:
-            headers["X-SLURM-USER-TOKEN"] = token
-            if user:
-                headers["X-SLURM-USER-NAME"] = user
+        self._user, self._token, self._token_file = user, token, token_file
         if url.startswith("unix:"):
             transport = httpx.HTTPTransport(uds=url.removeprefix("unix:"))
             self._http = httpx.Client(
-                transport=transport,
-                base_url="http://slurmrestd",
-                headers=headers,
-                timeout=timeout_s,
+                transport=transport, base_url="http://slurmrestd", timeout=timeout_s
             )
         else:
-            self._http = httpx.Client(base_url=url, headers=headers, timeout=timeout_s)
+            self._http = httpx.Client(base_url=url, timeout=timeout_s)
         self._version: str | None = None
 
     def close(self) -> None:
@@ -199,9 +205,27 @@ class SlurmClient:
         answer = self._call("GET", f"/slurm/{self.version}/nodes")
         return [_node(raw) for raw in answer.get("nodes", [])]
 
+    def auth_headers(self) -> dict[str, str]:
+        """The JWT headers of the next request (none: local auth)."""
+        token = self._token
+        if self._token_file is not None:
+            try:
+                token = self._token_file.read_text().strip()
+            except OSError as error:
+                raise SlurmError(
+                    f"cannot read the Slurm token file {self._token_file}: {error}",
+                    refused=False,
+                ) from None
+        if not token:
+            return {}
+        headers = {"X-SLURM-USER-TOKEN": token}
+        if self._user:
+            headers["X-SLURM-USER-NAME"] = self._user
+        return headers
+
     def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         try:
-            response = self._http.request(method, path, **kwargs)
+            response = self._http.request(method, path, headers=self.auth_headers(), **kwargs)
         except httpx.HTTPError as error:
             raise SlurmError(
                 f"slurmrestd unreachable: {type(error).__name__}: {error}", refused=False
@@ -210,17 +234,22 @@ class SlurmClient:
             body = response.json()
         except ValueError:
             body = {}
+        if not isinstance(body, dict):
+            body = {}
         errors = [e for e in body.get("errors", []) if isinstance(e, dict)]
-        if response.status_code >= 400 or any(e.get("error_number", 0) for e in errors):
-            described = (
-                "; ".join(str(e.get("error") or e.get("description") or e) for e in errors)
-                or response.text[:300]
-            )
+        if response.status_code in AUTH_REFUSED:
             raise SlurmError(
-                f"{method} {path}: HTTP {response.status_code}: {described}",
+                f"slurmrestd refused ampfleet's credentials ({method} {path}: HTTP "
+                f"{response.status_code}: {_described(errors, response)}); an expired or "
+                "revoked token is replaced in AMPFLEET_SLURM_TOKEN_FILE, read for each call",
+                refused=False,
+            )
+        if response.status_code >= 400 or any(e.get("error_number", 0) for e in errors):
+            raise SlurmError(
+                f"{method} {path}: HTTP {response.status_code}: {_described(errors, response)}",
                 refused=response.status_code < 500 or bool(errors),
             )
-        return body if isinstance(body, dict) else {}
+        return body
 
     # -- the two schemas ------------------------------------------------------------------
 
@@ -272,6 +301,11 @@ class SlurmClient:
             comment=str(raw.get("comment", "") or ""),
             restarts=_number(raw.get("restart_cnt")) or 0,
         )
+
+
+def _described(errors: list[dict[str, Any]], response: httpx.Response) -> str:
+    found = "; ".join(str(e.get("error") or e.get("description") or e) for e in errors)
+    return found or response.text[:300]
 
 
 def _number(value: Any) -> int | None:

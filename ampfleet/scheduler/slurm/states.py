@@ -5,7 +5,9 @@ retry policy (Slurm's requeue is turned off at submit, so a restart is never mad
 mapping follows submitit's reading of them (`submitit/slurm/slurm.py`): node failures and
 preemption are the cluster's doing and retried; a time limit is a limit; a cancel nobody in
 ampfleet asked for is an operator's, retried like a lost node (restarts are bounded); the
-others are the attempt's own failure.
+others are the attempt's own failure. Out of memory is not retried: the restart would ask
+Slurm for the same memory and run the same steps, and run out again, spending the job's
+restarts on nothing (raise the memory, or lower the batch, and submit again).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ class Next(StrEnum):
     RETRY = "retry"
     """Lost to the cluster or to the attempt's failure: a restart per the job's retry policy."""
     TIMED_OUT = "timed_out"
+    FAILED = "failed"
+    """The attempt's own failure that a restart would repeat: FAILED, not retried."""
     CANCELLED = "cancelled"
 
 
@@ -60,7 +64,11 @@ _ENDED: dict[str, tuple[Next, str, str]] = {
     "NODE_FAIL": (Next.RETRY, "slurm_node_fail", "a node of the Slurm job failed"),
     "BOOT_FAIL": (Next.RETRY, "slurm_boot_fail", "a node of the Slurm job failed to boot"),
     "PREEMPTED": (Next.RETRY, "slurm_preempted", "Slurm preempted the job"),
-    "OUT_OF_MEMORY": (Next.RETRY, "slurm_out_of_memory", "the Slurm job ran out of memory"),
+    "OUT_OF_MEMORY": (
+        Next.FAILED,
+        "slurm_out_of_memory",
+        "the Slurm job ran out of memory (not retried: a restart would too)",
+    ),
 }
 
 
