@@ -178,6 +178,14 @@ class Monitoring(_Strict):
         description="... on this many reported steps in a row is a straggler (an event); "
         "it keeps pace again (another) at most halfway back to the others' pace as long.",
     )
+    straggler_sustained_s: float = Field(
+        60.0,
+        ge=0,
+        le=7 * 24 * 3600,
+        description="... and those reported steps span at least this many seconds: ranks "
+        "that share a busy machine take turns being slow for seconds at a time, which is "
+        "noise; a slower device or node stays slower for minutes.",
+    )
 
 
 class Parallelism(_Strict):

@@ -181,7 +181,10 @@ class Trainer:
             total_steps=self.total_steps,
             record=self._record,
             stragglers=StragglerWatch(
-                cfg.straggler_factor, cfg.straggler_reports, dict(enumerate(cfg.rank_nodes))
+                cfg.straggler_factor,
+                cfg.straggler_reports,
+                dict(enumerate(cfg.rank_nodes)),
+                sustained_s=cfg.straggler_sustained_s,
             ),
         )
 
