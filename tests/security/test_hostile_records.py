@@ -22,9 +22,10 @@ from ampfleet.core.db import session_scope
 from ampfleet.core.models import Artifact, Job, JobEvent, LogLine, Metric
 from ampfleet.core.settings import get_settings
 from ampfleet.core.states import JobState
+from ampfleet.workers.attempts import LaunchRequest, RunningAttempt
 from ampfleet.workers.ingest import MAX_REJECTION_EVENTS
 from ampfleet.workers.rundir import RecordReader, RecordWriter, RunDir
-from ampfleet.workers.supervisor import LaunchRequest, RunningAttempt, Supervisor
+from ampfleet.workers.supervisor import Supervisor
 from ampfleet.workers.telemetry import RankTelemetry
 from tests.support.factories import insert_job
 
