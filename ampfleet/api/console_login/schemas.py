@@ -12,6 +12,7 @@ from ampfleet.core.roles import Role
 class LoginTokenOut(BaseModel):
     token: str = Field(description="Opens one console session, once, until `expires_at`.")
     expires_at: datetime
+    expires_in_s: float = Field(description="Its lifetime, AMPFLEET_CONSOLE_LOGIN_TTL_S.")
     login_path: str = Field(
         description="Where a browser opens it, below the API's address: `/ui/#login=<token>` "
         "(after `#`, so the token never reaches a server's or proxy's log)."

@@ -54,7 +54,12 @@ def issue(session: Session, principal: Principal, now: datetime) -> LoginTokenOu
     )
     session.add(row)
     session.flush()
-    return LoginTokenOut(token=token, expires_at=row.expires_at, login_path=f"/ui/#login={token}")
+    return LoginTokenOut(
+        token=token,
+        expires_at=row.expires_at,
+        expires_in_s=settings.console_login_ttl_s,
+        login_path=f"/ui/#login={token}",
+    )
 
 
 def exchange(session: Session, token: str, now: datetime) -> SessionOut:
