@@ -4,7 +4,7 @@ import { fill, h } from "./dom.js";
 import { fleetPage } from "./pages/fleet.js";
 import { jobPage } from "./pages/job.js";
 import { jobsPage } from "./pages/jobs.js";
-import { loginPage } from "./pages/login.js";
+import { loginPage, openSession } from "./pages/login.js";
 
 const view = document.getElementById("view");
 const banner = document.getElementById("error");
@@ -61,7 +61,7 @@ function render() {
   const key = credentials.get();
   nav.hidden = !key;
   logout.hidden = !key;
-  whoami.textContent = key ? `key ${key.slice(0, 8)}…` : "";
+  whoami.textContent = key ? credentials.who() || `key ${key.slice(0, 8)}…` : "";
   if (!key) {
     fill(view);
     loginPage(ctx, () => {
@@ -96,5 +96,22 @@ logout.addEventListener("click", () => {
   render();
 });
 
+// `ampfleet ui` opens #login=<token>. The token leaves the address bar and this history
+// entry before anything else happens, then is traded for a session.
+async function start() {
+  const link = /^#login=(.*)$/.exec(location.hash);
+  if (link) {
+    history.replaceState(null, "", `${location.pathname}${location.search}#/jobs`);
+    try {
+      await openSession(link[1]);
+    } catch (error) {
+      render();
+      showError(error, "the login link was refused");
+      return;
+    }
+  }
+  render();
+}
+
 window.addEventListener("hashchange", render);
-render();
+start();
