@@ -5,6 +5,8 @@ import { fleetPage } from "./pages/fleet.js";
 import { jobPage } from "./pages/job.js";
 import { jobsPage } from "./pages/jobs.js";
 import { loginPage, openSession } from "./pages/login.js";
+import { sweepPage } from "./pages/sweep.js";
+import { sweepsPage } from "./pages/sweeps.js";
 
 const view = document.getElementById("view");
 const banner = document.getElementById("error");
@@ -43,6 +45,8 @@ export function clearError() {
 const routes = [
   [/^#\/jobs\/([A-Za-z0-9_-]+)$/, (ctx, m) => jobPage(ctx, m[1])],
   [/^#\/jobs(?:\?(.*))?$/, (ctx, m) => jobsPage(ctx, new URLSearchParams(m[1] || ""))],
+  [/^#\/sweeps\/([A-Za-z0-9_-]+)$/, (ctx, m) => sweepPage(ctx, m[1])],
+  [/^#\/sweeps$/, (ctx) => sweepsPage(ctx)],
   [/^#\/fleet$/, (ctx) => fleetPage(ctx)],
 ];
 
@@ -65,7 +69,7 @@ function render() {
   if (!key) {
     fill(view);
     loginPage(ctx, () => {
-      if (!/^#\/(jobs|fleet)/.test(location.hash)) location.hash = "#/jobs";
+      if (!/^#\/(jobs|sweeps|fleet)/.test(location.hash)) location.hash = "#/jobs";
       else render();
     });
     return;
