@@ -161,6 +161,21 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column()
 
 
+class ConsoleLoginToken(Base):
+    """A one-time login token for the console (`ampfleet ui`): only its keyed hash is kept.
+    It opens one console session, for the key that asked for it, before `expires_at`; the
+    row stays a while after, so a late or second use is told apart from a wrong token."""
+
+    __tablename__ = "console_login_tokens"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+    used_at: Mapped[datetime | None] = mapped_column(comment="null: not exchanged yet")
+
+
 class JobEvent(Base):
     """Every state transition (and notable happening) of a job, in order."""
 

@@ -238,6 +238,9 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     async def nodes(self) -> list[models.Node]:
         return await self._run(self._ops.nodes())
 
+    async def console_login(self) -> models.ConsoleLogin:
+        return await self._run(self._ops.console_login(self.base_url))
+
     # -- what a job produced ------------------------------------------------------------------
 
     async def artifacts(self, job_id: str) -> list[models.Artifact]:

@@ -280,6 +280,11 @@ class Client(ClientBase[httpx.Client]):
         """Worker nodes with their slots and liveness."""
         return self._run(self._ops.nodes())
 
+    def console_login(self) -> models.ConsoleLogin:
+        """A one-time link that opens the web console logged in as this client's key, for
+        a minute (`ampfleet ui`): the key itself never goes into the link."""
+        return self._run(self._ops.console_login(self.base_url))
+
     # -- what a job produced ------------------------------------------------------------------
 
     def artifacts(self, job_id: str) -> list[models.Artifact]:

@@ -27,6 +27,7 @@ from ampfleet.sdk.errors import (
 )
 from ampfleet.sdk.models import (
     Bundle,
+    ConsoleLogin,
     CreatedKey,
     Dataset,
     Diagnosis,
@@ -372,3 +373,13 @@ class Operations:
 
     def revoke_key(self, key_id: str) -> Flow[None]:
         yield from self.send(Request("DELETE", f"/v1/keys/{quote(key_id, safe='')}"))
+
+    def console_login(self, base_url: str) -> Flow[ConsoleLogin]:
+        response = yield from self.send(Request("POST", "/v1/console-tokens"))
+        answer = response.json()
+        return ConsoleLogin(
+            token=answer["token"],
+            expires_at=answer["expires_at"],
+            expires_in_s=answer["expires_in_s"],
+            url=base_url.rstrip("/") + answer["login_path"],
+        )

@@ -238,6 +238,16 @@ class CreatedKey(Key):
     key: str = Field(description="The key itself; the API shows it this once.")
 
 
+class ConsoleLogin(ApiModel):
+    """A one-time login for the web console: `url` opens it logged in as the key that asked,
+    once, until `expires_at`."""
+
+    token: str
+    expires_at: datetime
+    expires_in_s: float = Field(description="Its lifetime, from when it was asked for.")
+    url: str
+
+
 class Artifact(ApiModel):
     """A file a job produced: `kind` is checkpoint, model, output or profile."""
 
