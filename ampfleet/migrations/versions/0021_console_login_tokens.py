@@ -1,6 +1,6 @@
 """console login tokens
 
-Revision ID: 0027
+Revision ID: 0021
 Revises: 0020
 Create Date: 2026-12-04
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0027"
+revision: str = "0021"
 down_revision: str | None = "0020"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
