@@ -119,7 +119,13 @@ class Stop(_Strict):
     when `max_runtime_s` is up: the job trains until then and finishes like any other
     (final evaluation, checkpoint, model), SUCCEEDED."""
 
-    max_steps: int | None = Field(None, ge=1, le=10_000_000, description="Optimizer steps.")
+    max_steps: int | None = Field(
+        None,
+        ge=0,
+        le=10_000_000,
+        description="Optimizer steps. 0, with `init_from`: no training, the checkpoint "
+        "evaluated and exported as a model (a checkpoint of a step exported).",
+    )
     epochs: int | None = Field(None, ge=1, le=100_000, description="Passes over the train set.")
     max_runtime_s: int | None = Field(
         None,
@@ -418,7 +424,13 @@ class JobSpec(_Strict):
         total (it reads AMPFLEET_MAX_STEPS; the rank-side API reports progress against it
         and stops there), its passes over its data are its own."""
         code = info.data.get("code")  # `code` comes first; absent when it was wrong
-        if code is None or not code.is_script:
+        script = code is not None and code.is_script
+        if stop.max_steps == 0 and (script or info.data.get("init_from") is None):
+            raise ValueError(
+                "max_steps 0 trains nothing: it evaluates and exports the checkpoint that "
+                "`init_from` names, in a recipe's loop; give init_from, or 1 or more steps"
+            )
+        if not script:
             if not stop.has_end:
                 raise ValueError(
                     "give max_steps, epochs or max_runtime_s (alone, it trains until the "

@@ -18,17 +18,30 @@ from sqlalchemy.orm import Session
 
 from ampfleet.api.artifacts import repository
 from ampfleet.api.artifacts.ranges import Span, not_modified, quoted_etag, span_of
-from ampfleet.api.artifacts.schemas import ArtifactList, ArtifactOut, CheckpointList, CheckpointOut
+from ampfleet.api.artifacts.schemas import (
+    ArtifactList,
+    ArtifactOut,
+    CheckpointList,
+    CheckpointOut,
+    SampleList,
+    SampleOut,
+)
 from ampfleet.api.auth import Principal
 from ampfleet.api.errors import NotFoundError, ServiceUnavailableError, UnprocessableError
 from ampfleet.api.jobs import service as jobs
-from ampfleet.core.artifact_names import MAX_NAME_LENGTH, checkpoint_name, is_valid_name
+from ampfleet.core.artifact_names import (
+    MAX_NAME_LENGTH,
+    SAMPLE_KIND,
+    checkpoint_name,
+    is_valid_name,
+)
 from ampfleet.core.artifacts import ArtifactNotFoundError, get_store, object_key
 from ampfleet.core.models import Artifact
 
 log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint"
 CHECKPOINT_SUFFIX = ".tar"  # one object per checkpoint: an uncompressed tar of its files
+SAMPLE_TEXT_LIMIT = 64 << 10  # of each evaluation's samples, shown inline
 
 
 def _job_path(job_id: str, suffix: str) -> str:
@@ -56,7 +69,11 @@ def list_artifacts(session: Session, job_id: str, principal: Principal) -> Artif
 
 
 def list_checkpoints(session: Session, job_id: str, principal: Principal) -> CheckpointList:
-    jobs.get(session, job_id, principal)
+    """Each stored checkpoint with the metrics the job reported at its step."""
+    job = jobs.get(session, job_id, principal)
+    stored = repository.for_job(session, job_id, kind=CHECKPOINT)
+    steps = {a.step or 0 for a in stored}
+    metrics = repository.metrics_at(session, job_id, list(job.latest_metrics or {}), steps)
     return CheckpointList(
         items=[
             CheckpointOut(
@@ -66,11 +83,36 @@ def list_checkpoints(session: Session, job_id: str, principal: Principal) -> Che
                 size=a.size,
                 sha256=a.sha256,
                 lineage=a.details,
+                metrics=metrics.get(a.step or 0, {}),
                 download_url=checkpoint_url(a),
+                export_url=checkpoint_url(a).removesuffix("/download") + "/export",
             )
-            for a in repository.for_job(session, job_id, kind=CHECKPOINT)
+            for a in stored
         ]
     )
+
+
+def list_samples(session: Session, job_id: str, principal: Principal, limit: int) -> SampleList:
+    """The text the model generated at the job's latest `limit` evaluations."""
+    jobs.get(session, job_id, principal)
+    return SampleList(
+        items=[
+            SampleOut(
+                step=a.step or 0,
+                attempt=a.attempt,
+                created_at=a.created_at,
+                text=head(a, SAMPLE_TEXT_LIMIT).decode("utf-8", "replace"),
+                truncated=a.size > SAMPLE_TEXT_LIMIT,
+                download_url=artifact_url(a),
+            )
+            for a in repository.latest_of_kind(session, job_id, SAMPLE_KIND, limit)
+        ]
+    )
+
+
+def head(artifact: Artifact, limit: int) -> bytes:
+    """The artifact's first `limit` bytes, from the store (503 where it cannot be read)."""
+    return b"".join(_open(artifact, Span(0, min(artifact.size, limit), partial=True)))
 
 
 def artifact_named(session: Session, job_id: str, name: str, principal: Principal) -> Artifact:

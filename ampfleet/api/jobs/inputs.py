@@ -17,7 +17,7 @@ from ampfleet.api.datasets import repository
 from ampfleet.api.errors import UnprocessableError
 from ampfleet.core.data_roots import under_roots
 from ampfleet.core.models import Dataset
-from ampfleet.core.recipes import InputError, RecipeDefinition
+from ampfleet.core.recipes import InputError, ListedInput, RecipeDefinition
 from ampfleet.core.settings import get_settings
 
 SHARED = "file://"
@@ -54,23 +54,33 @@ def _resolve(session: Session, project: str, name: str, ref: str) -> dict[str, A
     }
 
 
+def input_ref(item: Mapping[str, Any]) -> str:
+    """The reference that resolves to the resolved input `item` again: a dataset at the
+    version it named, a shared folder by its path."""
+    if "path" in item:
+        return SHARED + str(item["path"])
+    return f"{item['name']}@{item['version']}"
+
+
 def check_for_recipe(
     session: Session,
     recipe: RecipeDefinition,
     hyperparameters: BaseModel,
     resolved: Mapping[str, Mapping[str, Any]],
 ) -> None:
-    """The recipe's check of the resolved inputs by their stored file lists (a shared
-    folder's is None: only the nodes see it); a refusal is a 422 on `inputs.<name>`."""
-    listed = {name: _listed_files(session, item) for name, item in resolved.items()}
+    """The recipe's check of the resolved inputs by their stored file lists and what their
+    uploads read of them (a shared folder has neither: only the nodes see it); a refusal is
+    a 422 on `inputs.<name>`."""
+    listed = {name: _listed(session, item) for name, item in resolved.items()}
     try:
         recipe.check_listed_inputs(hyperparameters, listed)
     except InputError as exc:
         raise UnprocessableError.for_field(f"inputs.{exc.name}", exc.message) from None
 
 
-def _listed_files(session: Session, item: Mapping[str, Any]) -> list[str] | None:
+def _listed(session: Session, item: Mapping[str, Any]) -> ListedInput:
     row = session.get(Dataset, item["dataset"]) if "dataset" in item else None
     if row is None:
-        return None
-    return [str(entry["path"]) for entry in row.files or [] if entry.get("kind") == "file"]
+        return ListedInput(None)
+    files = [str(entry["path"]) for entry in row.files or [] if entry.get("kind") == "file"]
+    return ListedInput(files, row.summary)
