@@ -29,10 +29,12 @@ SafeName = Annotated[
 LabelValue = Annotated[str, StringConstraints(max_length=256)]
 _DATASET_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 DatasetName = Annotated[str, StringConstraints(pattern=rf"^{_DATASET_NAME}$")]
+_JOB_MODEL = id_pattern("job").removeprefix("^").removesuffix("$")
 InputRef = Annotated[
     str,
     StringConstraints(
-        max_length=1024, pattern=rf"^(file:///[^\x00]+|{_DATASET_NAME}(@[1-9][0-9]{{0,8}})?)$"
+        max_length=1024,
+        pattern=rf"^(file:///[^\x00]+|job:{_JOB_MODEL}|{_DATASET_NAME}(@[1-9][0-9]{{0,8}})?)$",
     ),
 ]
 MAX_INPUTS = 16
@@ -380,8 +382,9 @@ class JobSpec(_Strict):
         max_length=MAX_INPUTS,
         description="Read-only inputs of every rank, by the name the recipe reads them under "
         "(`ctx.inputs[name]`): `dataset@version` (or `dataset`, its newest version when "
-        "submitted) from POST /v1/datasets, or `file:///...` under a folder the operator "
-        "allows (AMPFLEET_DATA_ROOTS).",
+        "submitted) from POST /v1/datasets, `file:///...` under a folder the operator "
+        "allows (AMPFLEET_DATA_ROOTS), or `job:job_...`, the Hugging Face model (`hf/merged/`) "
+        "a SUCCEEDED job of the project exported (fine-tuning a fine-tune).",
     )
     resources: Resources = Field(default_factory=Resources)
     precision: Precision = Precision.AUTO

@@ -18,12 +18,16 @@ from fastapi.testclient import TestClient
 
 from ampfleet.core import recipes
 from ampfleet.core.db import session_scope
-from ampfleet.core.models import Dataset
+from ampfleet.core.models import Dataset, Job
+from ampfleet.core.settings import get_settings
 from ampfleet.recipes import finetune_inputs
+from ampfleet.workers.inputs import ensure_inputs, local_path
+from tests.api.test_artifacts_api import add_artifact
 from tests.api.test_datasets import keyed, upload
 from tests.conftest import KeyFactory
 from tests.support.archives import file_entry, tar_gz_of
 from tests.support.checkout_recipes import use_checkout_recipes
+from tests.support.factories import job_spec
 
 MODEL_FOLDER = {
     "config.json": b'{"model_type": "llama"}',
@@ -266,3 +270,68 @@ def test_what_submit_cannot_tell_is_left_to_the_nodes(
     monkeypatch.setattr(finetune_inputs, "transformers_folder", lambda: None)
     accepted = submit(writer, {"model": model, "train": "pairs"})
     assert accepted.status_code == 202, accepted.text
+
+
+def succeeded_with_model(
+    client: TestClient, tmp_path: Path, files: dict[str, bytes], project: str = "alpha"
+) -> str:
+    """A job of `project` that SUCCEEDED and lists `files` as its hf/merged/ model."""
+    job = client.post("/v1/jobs", json={**job_spec(), "project": project}).json()
+    for name, data in files.items():
+        add_artifact(tmp_path, job, f"hf/merged/{name}", "model", data, 20)
+    with session_scope() as session:
+        row = session.get(Job, job["id"])
+        assert row is not None
+        row.state = "SUCCEEDED"
+    return str(job["id"])
+
+
+def test_an_earlier_jobs_model_is_a_base_by_its_id(
+    writer: TestClient, app: FastAPI, make_key: KeyFactory, tmp_path: Path
+) -> None:
+    parent = succeeded_with_model(writer, tmp_path, MODEL_FOLDER)
+    upload(writer, TRAIN, name="pairs", filename="train.jsonl")
+    accepted = submit(writer, {"model": f"job:{parent}", "train": "pairs"})
+    assert accepted.status_code == 202, accepted.text
+    model = accepted.json()["spec"]["inputs"]["model"]
+    assert model["job"] == parent
+    assert [f["path"] for f in model["files"]] == sorted(MODEL_FOLDER)
+    assert len(model["sha256"]) == 64
+    # While a job reads its model, the parent stays.
+    assert writer.delete(f"/v1/jobs/{parent}").status_code == 409
+    # A node fetches it into one folder, each file checked against its sha256.
+    ensure_inputs(get_settings(), {"model": model})
+    fetched = local_path(get_settings(), model)
+    assert {p.name: p.read_bytes() for p in fetched.iterdir()} == MODEL_FOLDER
+    outside = {**model, "sha256": "0" * 64, "files": [{**model["files"][0], "path": "../x"}]}
+    with pytest.raises(RuntimeError, match=r"input 'model': the model of job .* lists a file"):
+        ensure_inputs(get_settings(), {"model": outside})
+
+    t5 = {**MODEL_FOLDER, "config.json": b'{"model_type": "t5"}'}
+    field, message = refusal(
+        submit(
+            writer, {"model": f"job:{succeeded_with_model(writer, tmp_path, t5)}", "train": "pairs"}
+        )
+    )
+    assert (field, message.split(" (")[0]) == (
+        "inputs.model",
+        "config.json: model_type 't5' is not one transformers' AutoModelForCausalLM loads, as "
+        "this recipe needs",
+    )
+    no_model = succeeded_with_model(writer, tmp_path, {})
+    assert refusal(submit(writer, {"model": f"job:{no_model}", "train": "pairs"})) == (
+        "inputs.model",
+        f"job {no_model} exported no Hugging Face model (hf/merged/): the fine-tuning recipes "
+        "export one",
+    )
+    queued = writer.post("/v1/jobs", json=job_spec()).json()["id"]
+    assert refusal(submit(writer, {"model": f"job:{queued}", "train": "pairs"})) == (
+        "inputs.model",
+        f"job {queued} is QUEUED: its model is there once it SUCCEEDED",
+    )
+    with keyed(app, make_key("beta", "write")) as other:
+        theirs = succeeded_with_model(other, tmp_path, MODEL_FOLDER, project="beta")
+    assert refusal(submit(writer, {"model": f"job:{theirs}", "train": "pairs"})) == (
+        "inputs.model",
+        f"job {theirs} not found in project alpha",
+    )

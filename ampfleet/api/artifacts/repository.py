@@ -30,6 +30,17 @@ def latest_of_kind(session: Session, job_id: str, kind: str, limit: int) -> list
     return list(reversed(session.scalars(stmt).all()))
 
 
+def named_under(session: Session, job_id: str, prefix: str) -> list[Artifact]:
+    """The job's artifacts whose names begin with `prefix` (a folder, such as hf/merged/),
+    by name."""
+    stmt = (
+        select(Artifact)
+        .where(Artifact.job_id == job_id, Artifact.name.startswith(prefix, autoescape=True))
+        .order_by(Artifact.name)
+    )
+    return list(session.scalars(stmt))
+
+
 def by_name(session: Session, job_id: str, name: str) -> Artifact | None:
     return session.scalars(
         select(Artifact).where(Artifact.job_id == job_id, Artifact.name == name)

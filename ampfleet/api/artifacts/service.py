@@ -112,7 +112,13 @@ def list_samples(session: Session, job_id: str, principal: Principal, limit: int
 
 def head(artifact: Artifact, limit: int) -> bytes:
     """The artifact's first `limit` bytes, from the store (503 where it cannot be read)."""
-    return b"".join(_open(artifact, Span(0, min(artifact.size, limit), partial=True)))
+    return read_head(artifact.sha256, artifact.size, limit, artifact.name)
+
+
+def read_head(sha256: str, size: int, limit: int, name: str) -> bytes:
+    """The first `limit` bytes of the stored object `sha256` (of `size` bytes) that a job's
+    artifact `name` names, from the store (503 where it cannot be read)."""
+    return b"".join(_open(sha256, name, Span(0, min(size, limit), partial=True)))
 
 
 def artifact_named(session: Session, job_id: str, name: str, principal: Principal) -> Artifact:
@@ -169,26 +175,26 @@ def download(
     }
     if span.partial:
         headers["Content-Range"] = span.content_range(artifact.size)
-    return Download(206 if span.partial else 200, headers, _open(artifact, span))
+    chunks = _open(artifact.sha256, artifact.name, span)
+    return Download(206 if span.partial else 200, headers, chunks)
 
 
-def _open(artifact: Artifact, span: Span) -> Iterator[bytes]:
-    """The span's bytes; the first chunk is read now, so a store that fails answers an error
-    before the status line is sent, on every backend."""
+def _open(sha256: str, name: str, span: Span) -> Iterator[bytes]:
+    """The span's bytes of the object `sha256` (artifact `name`'s); the first chunk is read
+    now, so a store that fails answers an error before the status line is sent, on every
+    backend."""
     if span.length == 0:
         return iter(())
     try:
-        chunks = get_store().open_range(object_key(artifact.sha256), span.start, span.end)
+        chunks = get_store().open_range(object_key(sha256), span.start, span.end)
         first = next(chunks, b"")
     except ArtifactNotFoundError:
-        log.error(
-            "artifact %s of job %s: object missing from the store", artifact.name, artifact.job_id
-        )
+        log.error("artifact %s (%s): object missing from the store", name, sha256[:12])
         raise ServiceUnavailableError(
-            f"the bytes of {artifact.name} are missing from the artifact store"
+            f"the bytes of {name} are missing from the artifact store"
         ) from None
     except Exception as exc:  # a store that is down (S3 unreachable, disk error)
-        log.warning("artifact store unavailable for %s: %s", artifact.job_id, type(exc).__name__)
+        log.warning("artifact store unavailable for %s: %s", name, type(exc).__name__)
         raise ServiceUnavailableError("the artifact store is unavailable; retry shortly") from None
     return itertools.chain([first], chunks)
 
