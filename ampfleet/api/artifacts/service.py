@@ -8,8 +8,6 @@ not exist (404). Any key that may read the job may download (read keys included)
 
 from __future__ import annotations
 
-import itertools
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -17,7 +15,8 @@ from urllib.parse import quote
 from sqlalchemy.orm import Session
 
 from ampfleet.api.artifacts import repository
-from ampfleet.api.artifacts.ranges import Span, not_modified, quoted_etag, span_of
+from ampfleet.api.artifacts.objects import open_span, read_head
+from ampfleet.api.artifacts.ranges import not_modified, quoted_etag, span_of
 from ampfleet.api.artifacts.schemas import (
     ArtifactList,
     ArtifactOut,
@@ -27,7 +26,7 @@ from ampfleet.api.artifacts.schemas import (
     SampleOut,
 )
 from ampfleet.api.auth import Principal
-from ampfleet.api.errors import NotFoundError, ServiceUnavailableError, UnprocessableError
+from ampfleet.api.errors import NotFoundError, UnprocessableError
 from ampfleet.api.jobs import service as jobs
 from ampfleet.core.artifact_names import (
     MAX_NAME_LENGTH,
@@ -35,10 +34,8 @@ from ampfleet.core.artifact_names import (
     checkpoint_name,
     is_valid_name,
 )
-from ampfleet.core.artifacts import ArtifactNotFoundError, get_store, object_key
 from ampfleet.core.models import Artifact
 
-log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint"
 CHECKPOINT_SUFFIX = ".tar"  # one object per checkpoint: an uncompressed tar of its files
 SAMPLE_TEXT_LIMIT = 64 << 10  # of each evaluation's samples, shown inline
@@ -115,12 +112,6 @@ def head(artifact: Artifact, limit: int) -> bytes:
     return read_head(artifact.sha256, artifact.size, limit, artifact.name)
 
 
-def read_head(sha256: str, size: int, limit: int, name: str) -> bytes:
-    """The first `limit` bytes of the stored object `sha256` (of `size` bytes) that a job's
-    artifact `name` names, from the store (503 where it cannot be read)."""
-    return b"".join(_open(sha256, name, Span(0, min(size, limit), partial=True)))
-
-
 def artifact_named(session: Session, job_id: str, name: str, principal: Principal) -> Artifact:
     jobs.get(session, job_id, principal)
     if not is_valid_name(name):
@@ -175,28 +166,8 @@ def download(
     }
     if span.partial:
         headers["Content-Range"] = span.content_range(artifact.size)
-    chunks = _open(artifact.sha256, artifact.name, span)
+    chunks = open_span(artifact.sha256, artifact.name, span)
     return Download(206 if span.partial else 200, headers, chunks)
-
-
-def _open(sha256: str, name: str, span: Span) -> Iterator[bytes]:
-    """The span's bytes of the object `sha256` (artifact `name`'s); the first chunk is read
-    now, so a store that fails answers an error before the status line is sent, on every
-    backend."""
-    if span.length == 0:
-        return iter(())
-    try:
-        chunks = get_store().open_range(object_key(sha256), span.start, span.end)
-        first = next(chunks, b"")
-    except ArtifactNotFoundError:
-        log.error("artifact %s (%s): object missing from the store", name, sha256[:12])
-        raise ServiceUnavailableError(
-            f"the bytes of {name} are missing from the artifact store"
-        ) from None
-    except Exception as exc:  # a store that is down (S3 unreachable, disk error)
-        log.warning("artifact store unavailable for %s: %s", name, type(exc).__name__)
-        raise ServiceUnavailableError("the artifact store is unavailable; retry shortly") from None
-    return itertools.chain([first], chunks)
 
 
 def _columns(artifact: Artifact) -> dict[str, object]:

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from ampfleet.api.artifacts import repository as artifacts
-from ampfleet.api.artifacts.service import read_head
+from ampfleet.api.artifacts.objects import read_head
 from ampfleet.api.datasets import repository
 from ampfleet.api.errors import UnprocessableError
 from ampfleet.core.artifact_names import HF_PREFIX
