@@ -15,7 +15,14 @@ import pytest
 
 from ampfleet.workers.rundir import RunDir
 from tests.support.checkout_recipes import use_checkout_recipes
-from tests.support.finetune_runs import logs, records, run_job, scored, sha256_of
+from tests.support.finetune_runs import (
+    logs,
+    merged_dtype,
+    records,
+    run_job,
+    scored,
+    sha256_of,
+)
 from tests.support.hf_models import echo_task, tiny_model_folder
 
 STEPS = 40
@@ -167,15 +174,6 @@ def test_a_folder_of_an_architecture_it_does_not_train_is_refused_on_the_node(
         "one transformers' AutoModelForCausalLM loads"
     ), message
     assert "llama" in message
-
-
-def merged_dtype(folder: Path) -> str:
-    """The dtype every floating-point tensor of the folder's model.safetensors is stored in,
-    read from its header as safetensors writes it."""
-    raw = (folder / "model.safetensors").read_bytes()
-    header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
-    (dtype,) = {t["dtype"] for name, t in header.items() if name != "__metadata__"}
-    return str(dtype)
 
 
 def _started(run_dir: RunDir) -> bool:
