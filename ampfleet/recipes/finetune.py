@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from ampfleet.core.recipes import InputError, ListedInput, RecipeDefinition
 from ampfleet.recipes.finetune_inputs import (
@@ -76,10 +76,11 @@ class CausalLMHyperparameters(FineTuneHyperparameters):
     completion_only_loss: bool = Field(
         True, description="Loss on the completion's tokens only, not the prompt's."
     )
-    sample_prompts: list[str] = Field(
+    sample_prompts: list[Annotated[str, StringConstraints(min_length=1, max_length=4000)]] = Field(
         default_factory=list,
         max_length=8,
-        description="Completed greedily by the trained model into outputs/samples.txt; "
+        description="Completed greedily by the model at each evaluation (the job's "
+        "samples/step-<step>.txt) and by the merged model into outputs/samples.txt; "
         "none: the first three validation prompts.",
     )
     sample_max_new_tokens: int = Field(32, ge=1, le=512)

@@ -209,10 +209,15 @@ def missing_column(needed: Sequence[str], header: Sequence[str]) -> str | None:
 PAIR_FORMAT = 'each line is {"prompt": ..., "completion": ...} or {"text": ...}'
 
 
+def text_only(fields: Mapping[str, object]) -> bool:
+    """A record that is all completion: `{"text"}`, no prompt."""
+    return "text" in fields and "prompt" not in fields
+
+
 def pair_problem(fields: Fields) -> str | None:
     """What a finetune-lm record of this shape lacks, or None: `{"text"}` (a string) where
     it has no prompt, else `{"prompt", "completion"}` (strings)."""
-    needed = ("text",) if "text" in fields and "prompt" not in fields else ("prompt", "completion")
+    needed = ("text",) if text_only(fields) else ("prompt", "completion")
     for field in needed:
         if fields.get(field) != "string":
             problem = "no" if field not in fields else "a non-string"
@@ -228,7 +233,7 @@ def completion_pairs(path: Path, name: str) -> list[tuple[str, str]]:
         problem = pair_problem(dataset_summary.json_fields(record))
         if problem is not None:
             raise InputError(name, f"{path.name} line {number}: {problem}")
-        if "text" in record and "prompt" not in record:
+        if text_only(record):
             pairs.append(("", record["text"]))
         else:
             pairs.append((record["prompt"], record["completion"]))
