@@ -361,7 +361,9 @@ class Artifact(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     project: Mapped[str] = mapped_column(String(PROJECT_NAME_MAX_LENGTH))
-    kind: Mapped[str] = mapped_column(String(16), comment="checkpoint | model | output | profile")
+    kind: Mapped[str] = mapped_column(
+        String(16), comment="checkpoint | model | output | profile | sample"
+    )
     name: Mapped[str] = mapped_column(String(255), comment="unique per job")
     step: Mapped[int | None] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer)
@@ -448,6 +450,9 @@ class Dataset(Base):
     file_count: Mapped[int] = mapped_column(Integer)
     unpacked_size: Mapped[int] = mapped_column(BigInteger)
     files: Mapped[list[Any]] = mapped_column(JSON, comment="[{path, size, kind}], as unpacked")
+    summary: Mapped[dict[str, Any] | None] = mapped_column(
+        comment="what its upload read of it (core/dataset_summary.py); null: nothing"
+    )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

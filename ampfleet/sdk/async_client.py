@@ -249,6 +249,14 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     async def checkpoints(self, job_id: str) -> list[models.Checkpoint]:
         return await self._run(downloads.list_checkpoints(self._ops, job_id))
 
+    async def samples(self, job_id: str, limit: int = 20) -> list[models.Sample]:
+        return await self._run(downloads.list_samples(self._ops, job_id, limit))
+
+    async def export_checkpoint(
+        self, job_id: str, step: int, dtype: str | None = None
+    ) -> models.Job:
+        return await self._run(self._ops.export_checkpoint(job_id, step, dtype))
+
     async def download(
         self,
         job_id: str,

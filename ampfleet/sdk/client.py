@@ -295,6 +295,18 @@ class Client(ClientBase[httpx.Client]):
         """The job's stored checkpoints by step, each with the setup it was made under."""
         return self._run(downloads.list_checkpoints(self._ops, job_id))
 
+    def samples(self, job_id: str, limit: int = 20) -> list[models.Sample]:
+        """What the model generated at the job's latest `limit` evaluations, by step (a
+        causal LM's fine-tune completes its sample prompts at each evaluation)."""
+        return self._run(downloads.list_samples(self._ops, job_id, limit))
+
+    def export_checkpoint(self, job_id: str, step: int, dtype: str | None = None) -> models.Job:
+        """Queues a job that exports the job's stored checkpoint of `step` as a model (0
+        steps from its weights: evaluated, then exported as a finished run is; a fine-tune's
+        `hf/merged/`); `dtype` ("fp32", "bf16"): the model's, else the job's export.dtype.
+        `wait` for it, then `download` from it."""
+        return self._run(self._ops.export_checkpoint(job_id, step, dtype))
+
     def download(
         self,
         job_id: str,

@@ -276,6 +276,12 @@ class Operations:
         response = yield from self.send(Request("POST", _job(job_id, "/cancel")))
         return Job.model_validate_json(response.content)
 
+    def export_checkpoint(self, job_id: str, step: int, dtype: str | None) -> Flow[Job]:
+        body = {"dtype": dtype} if dtype is not None else {}
+        path = _job(job_id, f"/checkpoints/{int(step)}/export")
+        response = yield from self.send(Request("POST", path, json=body))
+        return Job.model_validate_json(response.content)
+
     def delete(self, job_id: str) -> Flow[None]:
         yield from self.send(Request("DELETE", _job(job_id)))
 

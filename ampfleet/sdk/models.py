@@ -303,6 +303,19 @@ class Checkpoint(ApiModel):
     attempt: int = 0
     created_at: datetime | None = None
     lineage: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    """What the job reported at this step (its loss, its evaluation's metrics)."""
+
+
+class Sample(ApiModel):
+    """What the model generated at one evaluation: each prompt and its completion."""
+
+    step: int
+    text: str
+    truncated: bool = False
+    download_url: str = ""
+    attempt: int = 0
+    created_at: datetime | None = None
 
 
 # -- frames of a job's live stream (`Client.stream_events`) ----------------------------------

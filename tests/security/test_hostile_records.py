@@ -48,6 +48,8 @@ MALFORMED = [
     b'{"kind": "profile", "profile_id": "../../x", "state": "uploading"}',
     b'{"kind": "artifact", "artifact_kind": "output", "name": "../../etc", "paths": ["/a"]}',
     b'{"kind": "artifact", "artifact_kind": "model", "name": "outputs/x", "paths": ["/a"]}',
+    b'{"kind": "artifact", "artifact_kind": "sample", "name": "samples/step-000000002.txt", '
+    b'"step": 3, "paths": ["/a"]}',
     b'{"kind": "nonsense"}',
     b"[1, 2, 3]",
     b"not json at all",

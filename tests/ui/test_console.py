@@ -12,9 +12,11 @@ import httpx
 import pytest
 from playwright.sync_api import Page, Request, expect
 
+from ampfleet.sdk import Client
 from tests.support.archives import zip_of
 from tests.support.factories import job_spec
 from tests.support.fleet import Fleet
+from tests.support.hf_models import echo_task, tiny_model_folder
 from tests.ui.console import log_in, mark, save_screenshot, still_marked
 
 pytestmark = [pytest.mark.ui, pytest.mark.e2e]
@@ -560,3 +562,48 @@ def test_a_script_jobs_page_shows_its_command_and_no_total(fleet: Fleet, page: P
         expect(page.locator("#progress-text")).to_have_text("step 0")
     finally:
         cancel_quietly(fleet, job_id)
+
+
+@pytest.mark.slow  # a fine-tuning job: its rank imports transformers and peft
+def test_job_page_shows_a_fine_tunes_samples_at_each_evaluation(
+    fleet: Fleet, page: Page, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = tiny_model_folder(tmp_path / "base")
+    train, validation = echo_task(tmp_path / "data", train=16, validation=4)
+    with Client(fleet.base_url, fleet.admin_key) as client:
+        inputs = {
+            name: f"{client.upload_dataset(f'ui-{name}', path).name}@1"
+            for name, path in (("model", base), ("train", train), ("validation", validation))
+        }
+    spec = {
+        "name": "ui-samples",
+        "recipe": "finetune-lm",
+        "inputs": inputs,
+        "hyperparameters": {
+            "batch_size": 4,
+            "max_seq_length": 16,
+            "sample_prompts": ["echo abc:", "echo dd:"],
+            "sample_max_new_tokens": 3,
+        },
+        "resources": {"accelerator": "cpu", "procs_per_node": 1},
+        "stop": {"max_steps": 2},
+        "eval_every_steps": 1,
+    }
+    job_id = fleet.submit(spec)["id"]
+    done = fleet.wait_for_state(job_id, {"SUCCEEDED", "FAILED"}, timeout=300)
+    assert done["state"] == "SUCCEEDED", done.get("failure_reason")
+
+    log_in(page, fleet, f"#/jobs/{job_id}")
+    text = page.locator("#samples-text")
+    expect(page.locator("#samples")).to_be_visible()
+    expect(page.locator("#samples-step option")).to_have_count(2)  # steps 1 and 2
+    expect(text).to_have_attribute("data-step", "2")  # the latest first
+    expect(text).to_contain_text("### prompt\necho abc:\n### completion\n")
+    expect(text).to_contain_text("### prompt\necho dd:\n")
+    page.select_option("#samples-step", "1")
+    expect(text).to_have_attribute("data-step", "1")
+    shown = {
+        s["step"]: s["text"] for s in fleet.http.get(f"/v1/jobs/{job_id}/samples").json()["items"]
+    }
+    assert text.text_content() == shown[1]
+    save_screenshot(page, "job-samples.png", capsys)

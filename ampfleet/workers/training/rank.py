@@ -96,6 +96,7 @@ def train(
         seed=spec.seed,
         output_dir=run_dir.output_dir,
         inputs=resolved.inputs,
+        export_dtype=spec.export.dtype,
     )
     task = recipe.build(resolved.hyperparameters, context)
     seed_everything(spec.seed + rank)
