@@ -8,6 +8,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from ampfleet import __version__
 from ampfleet.api.artifacts.router import router as artifacts_router
 from ampfleet.api.bundles.router import router as bundles_router
+from ampfleet.api.console_login.router import router as console_login_router
 from ampfleet.api.datasets.router import router as datasets_router
 from ampfleet.api.diagnosis.router import router as diagnosis_router
 from ampfleet.api.errors import install_error_handlers
@@ -86,6 +87,7 @@ def create_app() -> FastAPI:
     app.include_router(recipes_router)
     app.include_router(projects_router)
     app.include_router(keys_router)
+    app.include_router(console_login_router)
     app.include_router(webhooks_router)
     mount_console(app)
     install_openapi(app)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
 from ampfleet.core.db import get_read_sessionmaker, get_sessionmaker, unit_of_work
+from ampfleet.core.models import utcnow
 
 
 def get_db_session(request: Request) -> Iterator[Session]:
@@ -41,3 +43,13 @@ def get_read_session(
 # after the response).
 SessionDep = Annotated[Session, Depends(get_db_session, scope="function")]
 ReadSessionDep = Annotated[Session, Depends(get_read_session, scope="function")]
+
+
+def request_time() -> datetime:
+    """When the request is handled: one reading for every rule of it that looks at the clock
+    (a token's or a session's end), which a test moves (`app.dependency_overrides`) to see
+    one lapse without waiting."""
+    return utcnow()
+
+
+Now = Annotated[datetime, Depends(request_time)]

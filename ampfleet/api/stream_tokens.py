@@ -12,10 +12,6 @@ string, so a token is never logged.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
 import time
 from datetime import UTC, datetime
 from typing import Annotated
@@ -31,10 +27,11 @@ from ampfleet.api.auth import (
     bearer,
     current_principal,
 )
+from ampfleet.api.deps import Now
+from ampfleet.api.signed_tokens import sign, verified_claims
 from ampfleet.core.db import get_read_sessionmaker, unit_of_work
 from ampfleet.core.models import ApiKey
 from ampfleet.core.roles import Role
-from ampfleet.core.settings import get_settings
 
 STREAM_TOKEN_TTL_S = 300
 PURPOSE = b"ampfleet-job-events-stream"
@@ -47,14 +44,13 @@ class StreamToken(BaseModel):
 
 def issue(job_id: str, principal: Principal) -> StreamToken:
     expires = int(time.time()) + STREAM_TOKEN_TTL_S
-    claims = f"{job_id}|{principal.key_id}|{expires}"
-    token = f"{_encode(claims.encode())}.{_encode(_sign(claims))}"
+    token = sign(PURPOSE, f"{job_id}|{principal.key_id}|{expires}")
     return StreamToken(token=token, expires_at=datetime.fromtimestamp(expires, UTC))
 
 
 def principal_for(token: str, job_id: str) -> Principal:
     """The key behind a token issued for `job_id`'s stream; 401 for anything else."""
-    claims = _verified_claims(token)
+    claims = verified_claims(PURPOSE, token)
     parts = claims.split("|") if claims else []
     if len(parts) != 3 or parts[0] != job_id or not parts[2].isascii() or not parts[2].isdigit():
         raise UnauthorizedError("the stream token is not valid for this job's event stream")
@@ -73,6 +69,7 @@ def stream_principal(
     background: BackgroundTasks,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     header_key: Annotated[str | None, Security(api_key_header)],
+    now: Now,
     token: Annotated[
         str | None,
         Query(
@@ -85,27 +82,4 @@ def stream_principal(
     """The caller of a job's event stream: by its key, or by a stream token for that job."""
     if token is not None and credentials is None and header_key is None:
         return principal_for(token, job_id)
-    return current_principal(request, background, credentials, header_key)
-
-
-def _sign(claims: str) -> bytes:
-    key = hmac.new(get_settings().secret_key.encode(), PURPOSE, hashlib.sha256).digest()
-    return hmac.new(key, claims.encode(), hashlib.sha256).digest()
-
-
-def _verified_claims(token: str) -> str | None:
-    encoded_claims, _, encoded_signature = token.partition(".")
-    try:
-        claims = _decode(encoded_claims).decode("ascii")
-        signature = _decode(encoded_signature)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        return None
-    return claims if hmac.compare_digest(signature, _sign(claims)) else None
-
-
-def _encode(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode(text: str) -> bytes:
-    return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    return current_principal(request, background, credentials, header_key, now)

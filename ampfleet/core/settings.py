@@ -81,6 +81,18 @@ class Settings(BaseSettings):
         "revoked through another API process works there for at most this long.",
     )
     rate_limit_burst: float = Field(200.0, ge=1, description="Requests a key may burst.")
+    console_login_ttl_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="How long a one-time console login token (`ampfleet ui`) may be used.",
+    )
+    console_session_ttl_s: float = Field(
+        12 * 3600.0,
+        gt=0,
+        le=7 * 86400,
+        description="How long a console session opened with a login token lasts.",
+    )
     auth_failure_rate_per_s: float = Field(
         1.0, gt=0, description="Requests with a wrong key per second per client address."
     )

@@ -238,6 +238,9 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     async def nodes(self) -> list[models.Node]:
         return await self._run(self._ops.nodes())
 
+    async def console_login(self) -> models.ConsoleLogin:
+        return await self._run(self._ops.console_login(self.base_url))
+
     # -- what a job produced ------------------------------------------------------------------
 
     async def artifacts(self, job_id: str) -> list[models.Artifact]:
@@ -245,6 +248,14 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
 
     async def checkpoints(self, job_id: str) -> list[models.Checkpoint]:
         return await self._run(downloads.list_checkpoints(self._ops, job_id))
+
+    async def samples(self, job_id: str, limit: int = 20) -> list[models.Sample]:
+        return await self._run(downloads.list_samples(self._ops, job_id, limit))
+
+    async def export_checkpoint(
+        self, job_id: str, step: int, dtype: str | None = None
+    ) -> models.Job:
+        return await self._run(self._ops.export_checkpoint(job_id, step, dtype))
 
     async def download(
         self,

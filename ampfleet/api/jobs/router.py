@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Depends, Header, Query, Response, status
+from fastapi import APIRouter, BackgroundTasks, Depends, Header, Path, Query, Response, status
 from fastapi.responses import StreamingResponse
 
 from ampfleet.api import stream_tokens
 from ampfleet.api.auth import CurrentPrincipal, ListingScope, Principal
-from ampfleet.api.bounds import MAX_ID
+from ampfleet.api.bounds import MAX_ID, MAX_INT
 from ampfleet.api.deps import ReadSessionDep, SessionDep
 from ampfleet.api.errors import responses
-from ampfleet.api.jobs import deletion, idempotency, repository, service
+from ampfleet.api.jobs import checkpoint_export, deletion, idempotency, repository, service
 from ampfleet.api.jobs.schemas import (
+    CheckpointExport,
     EventList,
     EventOut,
     JobOut,
@@ -117,6 +118,35 @@ def list_jobs(
 )
 def get_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) -> JobOut:
     return service.detail(session, service.get(session, job_id, principal))
+
+
+@router.post(
+    "/{job_id}/checkpoints/{step}/export",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobOut,
+    operation_id="exportCheckpoint",
+    responses=responses(401, 403, 404, 422, 429),
+    summary="Export one stored checkpoint of a job as a model",
+    description="Queues a job that trains zero steps from the checkpoint (its spec as "
+    "submitted, its inputs as the job read them, `init_from` the checkpoint's weights, "
+    "`stop.max_steps: 0`): the recipe's loop loads it, evaluates it and exports it as a "
+    "finished run's model (a fine-tune: `hf/merged/`, `hf/adapter/`, the manifest). 404 "
+    "where the checkpoint is not stored; 422 for a script's checkpoint.",
+)
+def export_checkpoint(
+    job_id: str,
+    step: Annotated[int, Path(ge=0, le=MAX_INT)],
+    session: SessionDep,
+    principal: CurrentPrincipal,
+    response: Response,
+    asked: CheckpointExport | None = None,
+) -> JobOut:
+    job = checkpoint_export.export_checkpoint(
+        session, job_id, step, asked or CheckpointExport(), principal
+    )
+    after_commit(session, wake_scheduler)
+    response.headers["Location"] = f"/v1/jobs/{job.id}"
+    return service.to_out(job)
 
 
 @router.patch(

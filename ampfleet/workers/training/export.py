@@ -112,16 +112,18 @@ def _recipe_files(export_dir: Path) -> list[ExportedFile]:
 
 def lineage_of(spec: dict[str, Any], run: RunSummary) -> dict[str, Any]:
     """What the model came from: each input by content (a shared folder by its path, which
-    the platform does not hash), and the precision it was trained in."""
-    inputs = {
-        name: (
-            {"path": item["path"]}
-            if "path" in item
-            else {"dataset": f"{item['name']}@{item['version']}", "sha256": item["sha256"]}
-        )
-        for name, item in (spec.get("inputs") or {}).items()
-    }
+    the platform does not hash; an earlier job's model by that job and the digest of its
+    files' listing), and the precision it was trained in."""
+    inputs = {name: _input_lineage(item) for name, item in (spec.get("inputs") or {}).items()}
     return {"inputs": inputs, "precision": run.precision, "allreduce_dtype": run.allreduce_dtype}
+
+
+def _input_lineage(item: dict[str, Any]) -> dict[str, Any]:
+    if "path" in item:
+        return {"path": item["path"]}
+    if "job" in item:
+        return {"job": item["job"], "sha256": item["sha256"]}
+    return {"dataset": f"{item['name']}@{item['version']}", "sha256": item["sha256"]}
 
 
 def master_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -20,9 +20,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import get_state_dict
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from ampfleet.core.accounting import AttemptClock
+from ampfleet.core.artifact_names import SAMPLE_KIND, samples_name
 from ampfleet.workers.heartbeat import Heartbeat, heartbeat_file
 from ampfleet.workers.rundir import RecordWriter, RunDir
 from ampfleet.workers.start_phases import StartClock
@@ -32,6 +33,7 @@ from ampfleet.workers.training.allreduce import AllReduceState
 from ampfleet.workers.training.flops import StepFlops, peak_flops
 from ampfleet.workers.training.initial import start_from
 from ampfleet.workers.training.loop_config import LoopConfig
+from ampfleet.workers.training.outputs import atomic_write, described, write_artifact_records
 from ampfleet.workers.training.parallel import ParallelModel
 from ampfleet.workers.training.precision import autocast
 from ampfleet.workers.training.prepared import (
@@ -143,7 +145,9 @@ class Trainer:
         if len(self.loader) < 1:
             raise ValueError("the training set is smaller than one batch per rank")
         steps_per_epoch = max(len(self.loader) // task.grad_accum_steps, 1)
-        total = min(cfg.max_steps or math.inf, (cfg.epochs or math.inf) * steps_per_epoch)
+        # max_steps 0 (exporting the checkpoint init_from names) is a total, not no total.
+        most = math.inf if cfg.max_steps is None else cfg.max_steps
+        total = min(most, (cfg.epochs or math.inf) * steps_per_epoch)
         self.total_steps: int | None = None if math.isinf(total) else int(total)
         if self.total_steps is None and cfg.train_until is None:
             raise ValueError("the job has no end: give max_steps, epochs or max_runtime_s")
@@ -181,7 +185,10 @@ class Trainer:
             total_steps=self.total_steps,
             record=self._record,
             stragglers=StragglerWatch(
-                cfg.straggler_factor, cfg.straggler_reports, dict(enumerate(cfg.rank_nodes))
+                cfg.straggler_factor,
+                cfg.straggler_reports,
+                dict(enumerate(cfg.rank_nodes)),
+                sustained_s=cfg.straggler_sustained_s,
             ),
         )
 
@@ -465,21 +472,30 @@ class Trainer:
 
     @torch.no_grad()
     def _evaluate(self) -> dict[str, float]:
-        task, cfg = self.task, self.cfg
-        if task.val_dataset is None:
+        task = self.task
+        if task.val_dataset is None and task.samples is None:
             return {}
         self._beat("evaluate")
-        sampler: DistributedSampler[Any] = DistributedSampler(
-            task.val_dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=False
-        )
-        loader = DataLoader(
-            task.val_dataset,
-            batch_size=task.batch_size,
-            sampler=sampler,
-            collate_fn=task.collate_fn,
-        )
         was_training = self.model.training
         self.model.eval()
+        try:
+            metrics = self._score(task.val_dataset) if task.val_dataset is not None else {}
+            if task.samples is not None:
+                with autocast(self.precision, self.device):
+                    text = task.samples(self.model)
+                self._keep_samples(text)
+        finally:
+            self.model.train(was_training)
+        return metrics
+
+    def _score(self, dataset: Dataset[Any]) -> dict[str, float]:
+        task, cfg = self.task, self.cfg
+        sampler: DistributedSampler[Any] = DistributedSampler(
+            dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=False
+        )
+        loader = DataLoader(
+            dataset, batch_size=task.batch_size, sampler=sampler, collate_fn=task.collate_fn
+        )
         sums: dict[str, torch.Tensor] = {}
         for index, batch in enumerate(loader):
             if task.eval_max_batches is not None and index >= task.eval_max_batches:
@@ -488,11 +504,21 @@ class Trainer:
                 scored = task.eval_step(self.model, to_device(batch, self.device))
             for name, value in scored.items():
                 sums[name] = sums.get(name, torch.zeros((), device=self.device)) + value.float()
-        self.model.train(was_training)
         names = sorted(sums)
         stacked = torch.stack([sums[n] for n in names])
         dist.all_reduce(stacked)
         return task.eval_finalize(dict(zip(names, stacked.tolist(), strict=True)))
+
+    def _keep_samples(self, text: str) -> None:
+        """Rank 0: the evaluation's samples as an artifact of this step (the agent uploads
+        it while training goes on)."""
+        if self.writer is None or self.cfg.run_dir is None:
+            return
+        path = self.cfg.run_dir / samples_name(self.step)  # the run folder's samples/
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        sample = described(path, SAMPLE_KIND, samples_name(self.step), {})
+        write_artifact_records(self.writer, [sample], self.step)
 
     def _save(self) -> None:
         """Starts a checkpoint of this step; training goes on while it is persisted."""
