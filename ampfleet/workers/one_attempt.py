@@ -95,20 +95,49 @@ def run_attempt(settings: Settings, pool: str, job_id: str, attempt: int) -> int
         if _released(job_id, attempt, node_rank):
             agent.stop()
             return 0
+    # Slurm signalled the ranks too: none of their exits may be ended as a failure before
+    # Slurm has said why (the supervisor holds their outcomes meanwhile).
+    agent.supervisor.outcomes_held.set()
+    try:
+        reason, message = _signalled(job_id, attempt, slurm_node)
+    finally:
+        agent.supervisor.outcomes_held.clear()
+    agent.stop(reason=reason, message=message)
+    return 1
+
+
+def _signalled(job_id: str, attempt: int, slurm_node: str) -> tuple[str, str]:
+    """Why Slurm signalled the attempt's steps, recorded: its time limit ends the attempt
+    TIMED_OUT; anything else preempts it. The event's reason and words."""
     slurm_says = _slurm_job_state()
     if _time_limit(slurm_says):
         log.info("%s attempt %s: Slurm's time limit; it ends TIMED_OUT", job_id, attempt)
-        _time_out(job_id, attempt, slurm_says or "")
-        agent.stop(reason="slurm_timeout", message="the Slurm job reached its time limit")
-        return 1
-    log.info("%s attempt %s: signalled (Slurm: %s); preempting it", job_id, attempt, slurm_says)
-    agent.stop(
-        reason="slurm_signalled",
-        message=f"the Slurm job was signalled on {slurm_node} (Slurm says "
-        f"{slurm_says or 'nothing'}: a scancel, a preemption, a lost node); the attempt "
-        "checkpoints and goes back to the queue",
-    )
-    return 1
+        reason, target, from_states = "slurm_timeout", JobState.TIMED_OUT, LAUNCHED_STATES
+        message = (
+            f"the Slurm job reached its time limit (Slurm: {slurm_says}): set by the "
+            "partition, an administrator, or stop.max_runtime_s plus "
+            "AMPFLEET_SLURM_TIME_MARGIN_S"
+        )
+    else:
+        log.info("%s attempt %s: signalled (Slurm: %s); preempting it", job_id, attempt, slurm_says)
+        reason, target, from_states = "slurm_signalled", JobState.PREEMPTED, LAUNCHED_STATES
+        message = (
+            f"the Slurm job was signalled on {slurm_node} (Slurm says {slurm_says or 'nothing'}"
+            ": a scancel, a preemption, a lost node); the attempt checkpoints and goes back to "
+            "the queue"
+        )
+    with session_scope() as session:
+        transition(
+            session,
+            job_id,
+            target,
+            from_states=from_states,
+            attempt=attempt,
+            reason=reason,
+            message=message,
+            failure_reason=message if target is JobState.TIMED_OUT else None,
+        )
+    return reason, message
 
 
 def _slurm_job_state() -> str | None:
@@ -145,24 +174,6 @@ def _time_limit(slurm_says: str | None) -> bool:
     return slurm_says is not None and any(
         f"{key}={value}" in slurm_says.split() for key, value in SLURM_TIME_LIMIT
     )
-
-
-def _time_out(job_id: str, attempt: int, slurm_state: str) -> None:
-    message = (
-        f"the Slurm job reached its time limit (Slurm: {slurm_state}): set by the partition, "
-        "an administrator, or stop.max_runtime_s plus AMPFLEET_SLURM_TIME_MARGIN_S"
-    )
-    with session_scope() as session:
-        transition(
-            session,
-            job_id,
-            JobState.TIMED_OUT,
-            from_states=LAUNCHED_STATES,
-            attempt=attempt,
-            reason="slurm_timeout",
-            message=message,
-            failure_reason=message,
-        )
 
 
 def _take_share(job_id: str, attempt: int, node_rank: int, node_id: str) -> int | None:

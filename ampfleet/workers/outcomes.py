@@ -23,6 +23,7 @@ from ampfleet.core.settings import Settings
 from ampfleet.core.states import JobState
 from ampfleet.workers.attempts import EXITABLE, RunningAttempt
 from ampfleet.workers.heartbeat import describe
+from ampfleet.workers.rundir import PEER_LOST
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,19 @@ class Outcomes:
     def _record_failure(self, session: Session, attempt: RunningAttempt, code: int) -> None:
         job_id, number = attempt.key
         failures = attempt.request.run_dir.failures()
+        if failures and all(f["type"] == PEER_LOST for f in failures):
+            # Its peers' node or ranks died: theirs to say why (a node's agent that lived
+            # reports it), retried as a lost node is.
+            first = failures[0]
+            requeue_or_fail(
+                session,
+                job_id,
+                number,
+                reason="peer_lost",
+                message=f"rank {first['rank']} on node {self.settings.node_name} lost its "
+                f"peers: {first['message']}",
+            )
+            return
         if failures:
             # The recipe or the loop raised: deterministic, so retrying would fail again.
             first = failures[0]

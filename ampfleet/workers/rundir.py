@@ -119,6 +119,9 @@ class RunDir:
 
 
 MAX_FAILURE_BYTES = 64 << 10
+PEER_LOST = "PeerLost"
+"""The type of a rank's failure report that says it lost a peer (a collective's or the
+store's connection broken): the peer's node or ranks died, not this rank's own failure."""
 
 
 def _is_failure_report(report: object) -> bool:

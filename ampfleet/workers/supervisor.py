@@ -53,6 +53,9 @@ class Supervisor:
         self._requests: queue.Queue[LaunchRequest] = queue.Queue()
         self._running: dict[tuple[str, int], RunningAttempt] = {}
         self._stop = threading.Event()
+        self.outcomes_held = threading.Event()
+        """Set: attempts whose ranks exited are not ended yet; whoever set it decides first
+        why they exited (an agent asking Slurm why its step was signalled)."""
         self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
         self._last_sync = 0.0
         self.uploads = ArtifactUploader(settings)
@@ -181,7 +184,7 @@ class Supervisor:
         attempt's ranks wrote rather than for the database: then the attempt's passes go one
         record at a time (`careful`), and the record that fails is rejected (ingest.py)."""
         exited = attempt.process.poll() is not None
-        finished = exited and self._ready_to_end(attempt)
+        finished = exited and not self.outcomes_held.is_set() and self._ready_to_end(attempt)
         try:
             with session_scope() as session:
                 self.forwarder.forward(session, attempt)

@@ -8,8 +8,10 @@ import os
 import subprocess
 import uuid
 
+from sqlalchemy import select
+
 from ampfleet.core.db import session_scope
-from ampfleet.core.models import Job
+from ampfleet.core.models import Job, JobEvent
 from ampfleet.core.settings import get_settings
 from ampfleet.workers.attempts import LaunchRequest, RunningAttempt
 from ampfleet.workers.rundir import RecordReader, RunDir
@@ -27,7 +29,7 @@ def _starting_job() -> str:
                 project="default",
                 recipe="bundle:bnd_x",
                 spec={},
-                resolved={},
+                resolved={"retry": {"max_restarts": 1}},
                 state="STARTING",
                 priority=0,
                 attempt=1,
@@ -40,11 +42,70 @@ def _starting_job() -> str:
 def test_an_attempt_whose_ranks_failed_ends_at_the_first_pass_after_their_exit(
     backend: str,
 ) -> None:
-    settings = get_settings()
     job_id = _starting_job()
+    _ranks_failed(job_id, ModuleNotFoundError("No module named 'not_installed'"))
+    with session_scope() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        assert job.state == "FAILED"
+        assert job.failure_reason == (
+            "rank 0: ModuleNotFoundError: No module named 'not_installed'"
+        )
+
+
+GLOO_RESET = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+    "[10.0.0.2]:49552: Connection reset by peer. This is typically caused by a remote worker "
+    "hanging or bugs in the application."
+)
+
+
+def test_ranks_that_lost_their_peers_are_retried_not_failed(backend: str) -> None:
+    """A peer node died (killed outright): the ranks here fail in their collective with
+    gloo's connection error, which is not their own failure; the attempt is retried."""
+    job_id = _starting_job()
+    try:
+        raise RuntimeError("all_reduce failed") from RuntimeError(GLOO_RESET)
+    except RuntimeError as lost:
+        _ranks_failed(job_id, lost)
+    with session_scope() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        assert job.state == "QUEUED"
+        assert job.failure_reason is None
+        reasons = [
+            e.reason for e in session.scalars(select(JobEvent).where(JobEvent.job_id == job_id))
+        ]
+        assert "peer_lost" in reasons
+
+
+def test_a_users_own_connection_error_is_still_its_failure(backend: str) -> None:
+    job_id = _starting_job()
+    _ranks_failed(job_id, ConnectionResetError("Connection reset by peer"))
+    with session_scope() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        assert job.state == "FAILED"
+
+
+def test_outcomes_held_wait_for_whoever_holds_them(backend: str) -> None:
+    """An agent that asks Slurm why its step was signalled holds the outcomes meanwhile:
+    ranks that Slurm signalled too are not ended as a failure before it knows."""
+    job_id = _starting_job()
+    _ranks_failed(job_id, ModuleNotFoundError("No module named 'x'"), held=True)
+    with session_scope() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        assert job.state == "FAILED"
+
+
+def _ranks_failed(job_id: str, exc: BaseException, *, held: bool = False) -> None:
+    """Rank 0 of the job's attempt 1 reported `exc` and exited; one supervisor pass (held:
+    one with the outcomes held, which ends nothing, then one without)."""
+    settings = get_settings()
     run_dir = RunDir.for_attempt(settings.runs_dir, job_id, 1, 0)
     run_dir.logs_dir.mkdir(parents=True)
-    write_failure(run_dir, 0, ModuleNotFoundError("No module named 'not_installed'"))
+    write_failure(run_dir, 0, exc)
     launcher = subprocess.Popen(["false"], start_new_session=True)
     launcher.wait()
     with open(os.devnull, "wb") as launcher_log:
@@ -69,16 +130,17 @@ def test_an_attempt_whose_ranks_failed_ends_at_the_first_pass_after_their_exit(
         )
         supervisor = Supervisor(settings)
         supervisor._running[attempt.key] = attempt
-        # The loop passes at once for an exit, not at its next interval...
-        assert supervisor._newly_exited()
+        if held:
+            supervisor.outcomes_held.set()
+            supervisor._sync()
+            assert attempt.key in supervisor._running
+            with session_scope() as session:
+                assert session.scalar(select(Job.state).where(Job.id == job_id)) == "STARTING"
+            supervisor.outcomes_held.clear()
+        else:
+            # The loop passes at once for an exit, not at its next interval...
+            assert supervisor._newly_exited()
         supervisor._sync()
     # ... and that one pass records the end: no second interval to wait for.
     assert attempt.key not in supervisor._running
     assert not supervisor._newly_exited()
-    with session_scope() as session:
-        job = session.get(Job, job_id)
-        assert job is not None
-        assert job.state == "FAILED"
-        assert job.failure_reason == (
-            "rank 0: ModuleNotFoundError: No module named 'not_installed'"
-        )

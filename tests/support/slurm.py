@@ -34,6 +34,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from tests.support.netbed import NetworkBed, NetworkBedUnavailableError, network_bed
 from tests.support.ports import free_port
 
@@ -70,7 +72,8 @@ def _which(name: str) -> str:
 
 
 NODE_MARK = "AMPFLEET_TEST_SLURM_NODE"
-"""In each slurmd's environment, and so in its slurmstepds': which node a process is of."""
+"""In each slurmd's environment, and so in its slurmstepds': which node of which cluster a
+process is of (other clusters, of other tests, may run beside it)."""
 NODE_CREDENTIALS = (
     "AMPFLEET_DATABASE_URL",
     "AMPFLEET_BROKER_URL",
@@ -167,18 +170,20 @@ class SlurmCluster:
                 check=False,
             ).stdout
             return [int(pid) for pid in out.split()]
-        marks = (f"{NODE_MARK}={name}".encode(), f"SLURMD_NODENAME={name}".encode())
-        found = []
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit() or int(proc.name) == os.getpid():
-                continue
-            try:
-                environ = (proc / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(mark in environ for mark in marks):
-                found.append(int(proc.name))
-        return found
+        # On loopback: its slurmd and slurmstepds, marked in their environment as this
+        # cluster's, and everything under them (the jobs' processes).
+        mark = f"{NODE_MARK}={self._node_mark(name)}".encode()
+        found: set[int] = set()
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, OSError):
+                if mark in (Path("/proc") / str(proc.pid) / "environ").read_bytes().split(b"\0"):
+                    found.add(proc.pid)
+                    found.update(child.pid for child in proc.children(recursive=True))
+        found.discard(os.getpid())
+        return sorted(found)
+
+    def _node_mark(self, name: str) -> str:
+        return f"{self.root}/{name}"
 
     def start_node(self, name: str) -> None:
         """(Re)start node `name`'s slurmd, as a node coming back after a failure."""
@@ -188,7 +193,7 @@ class SlurmCluster:
             args += ["-N", name]
         if self.bed is not None:
             args = self.bed.command(index, args)
-        env = {**self._node_env, NODE_MARK: name}
+        env = {**self._node_env, NODE_MARK: self._node_mark(name)}
         process = _spawn(self, f"slurmd-{name}", args, env)
         self._node_daemons[name] = process
         self._processes.append(process)
@@ -204,7 +209,11 @@ class SlurmCluster:
                 process.kill()
                 process.wait()
         self._processes.clear()
-        _stop_leftover_steps(self.root)
+        # slurmstepd (and the jobs' processes under it) outlive a stopped slurmd.
+        for name in self.node_names:
+            for pid in self._node_processes(name):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> SlurmCluster:
@@ -219,16 +228,6 @@ class SlurmCluster:
             text = log.read_text(errors="replace").splitlines()[-lines:]
             parts.append(f"== {log.name}\n" + "\n".join(text))
         return "\n".join(parts)
-
-
-def _stop_leftover_steps(root: Path) -> None:
-    """slurmstepd outlives a stopped slurmd; end the ones of this cluster's spool."""
-    done = subprocess.run(
-        ["pgrep", "-f", f"slurmstepd.*{root}"], capture_output=True, text=True, check=False
-    )
-    for pid in done.stdout.split():
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(pid), 9)
 
 
 _started: list[SlurmCluster] = []

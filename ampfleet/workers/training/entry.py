@@ -30,7 +30,7 @@ from ampfleet.core.spec import CodeSpec, InitFrom, JobSpec
 from ampfleet.workers.parent_death import die_with_parent
 from ampfleet.workers.rank_memory import out_of_memory
 from ampfleet.workers.rank_output import capture_output
-from ampfleet.workers.rundir import RunDir
+from ampfleet.workers.rundir import PEER_LOST, RunDir
 from ampfleet.workers.start_phases import StartClock
 from ampfleet.workers.training.bundled import bundled_recipe
 
@@ -99,12 +99,31 @@ def resolve_job(run_dir: RunDir) -> ResolvedJob:
 
 def write_failure(run_dir: RunDir, rank: int, exc: BaseException) -> None:
     memory = out_of_memory(exc)
+    kind = "OutOfMemory" if memory else PEER_LOST if peer_lost(exc) else type(exc).__name__
     run_dir.write_failure(
-        rank,
-        "OutOfMemory" if memory else type(exc).__name__,
-        memory or str(exc),
-        "".join(traceback.format_exception(exc)[-3:]),
+        rank, kind, memory or str(exc), "".join(traceback.format_exception(exc)[-3:])
     )
+
+
+PEER_LOST_ERRORS = ("DistNetworkError", "DistStoreError")
+"""torch.distributed's errors of a connection to a peer or the store, by name (the ranks'
+torch may differ from the one this was written against)."""
+GLOO_TRANSPORT = "gloo/transport/"
+"""In gloo's errors of a pair's connection (reset or closed by the peer), where it threw."""
+
+
+def peer_lost(exc: BaseException) -> bool:
+    """Whether `exc`, or what caused it, is a peer's connection lost: its node or ranks died
+    (the rank that died first reports its own cause, if it can). A user's own connection
+    errors (an HTTP download, say) are not: only torch.distributed's are."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if type(seen).__name__ in PEER_LOST_ERRORS or GLOO_TRANSPORT in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def failed(run_dir: RunDir, rank: int, exc: BaseException) -> int:
