@@ -192,6 +192,15 @@ def test_a_refused_token_makes_the_start_wait_saying_so_and_a_rotated_one_runs_i
     slurmrestd's auth, and passes the rest on.)"""
     token_file = fleet.env["AMPFLEET_SLURM_TOKEN_FILE"]
     good = "token-2"
+    # Nothing of the earlier tests holds the pool (their ends are read from Slurm, which
+    # this test cuts off): the job is placed at once, or waits for cordoned nodes.
+    fleet.wait_until(
+        lambda: all(
+            n["free_slots"] == n["slots"] and n["state"] == "ready" for n in pool_nodes(fleet)
+        ),
+        timeout=WAIT_S,
+        what="the pool idle",
+    )
 
     def check_token(seen: Seen) -> Any:
         if seen.headers.get("x-slurm-user-token") != good:
