@@ -73,7 +73,7 @@ def _advance(session: Session, sweep: Sweep, now: datetime) -> int:
     jobs = {job.id: job for job in session.scalars(select(Job).where(Job.sweep_id == sweep.id))}
     running = [t for t in trials if t.state == TrialState.RUNNING and t.job_id in jobs]
     if running:
-        study = sweep_study.build(spec, trials)
+        study = sweep_study.build(sweep.id, spec, trials)
         for trial in running:
             _follow(session, spec, study, trial, jobs[str(trial.job_id)], now)
         session.flush()
@@ -251,7 +251,7 @@ def _ask(
         running = sum(1 for t in trials if t.state == TrialState.RUNNING)
         if running >= spec.budget.max_concurrent:
             break
-        study = sweep_study.build(spec, trials)
+        study = sweep_study.build(sweep.id, spec, trials)
         params, dists, attrs = sweep_study.ask(study, spec)
         trial = SweepTrial(
             sweep_id=sweep.id,
