@@ -17,8 +17,8 @@ from ampfleet.core.fleet import NodeView, fits_fleet, job_request_of, matches, n
 from ampfleet.core.ids import new_id
 from ampfleet.core.lifecycle import Transition, record_transitions
 from ampfleet.core.memory import job_rank_memory, memory_refusal
-from ampfleet.core.models import Job, Node, Project, utcnow
-from ampfleet.core.recipes import get_recipe
+from ampfleet.core.models import Dataset, Job, Node, Project, utcnow
+from ampfleet.core.recipes import InputError, get_recipe
 from ampfleet.core.spec import JobSpec, describe_command
 from ampfleet.core.states import JobState
 
@@ -57,6 +57,38 @@ def resolve_recipe(spec: JobSpec) -> dict[str, Any]:
     resolved = spec.model_dump(mode="json")
     resolved["hyperparameters"] = hyperparameters.model_dump(mode="json")
     return resolved
+
+
+def bundle_recipe(bundle_id: str) -> str:
+    """What a job that runs a bundle stores as its recipe: how its jobs are found."""
+    return f"bundle:{bundle_id}"
+
+
+def recipe_of(spec: JobSpec) -> str:
+    return spec.recipe or bundle_recipe(spec.code.bundle if spec.code else "")
+
+
+def check_listed_inputs(session: Session, spec: JobSpec, resolved: Mapping[str, Any]) -> None:
+    """A registered recipe's check of the resolved inputs by their stored file lists (a
+    shared folder's is None: only the nodes see it; a bundled recipe's checks run on the
+    node only), refused on `inputs.<name>`."""
+    if spec.recipe is None:
+        return
+    recipe = get_recipe(spec.recipe)
+    hyperparameters = recipe.hyperparameters.model_validate(resolved["hyperparameters"])
+    inputs: Mapping[str, Mapping[str, Any]] = resolved.get("inputs") or {}
+    listed = {name: _listed_files(session, item) for name, item in inputs.items()}
+    try:
+        recipe.check_listed_inputs(hyperparameters, listed)
+    except InputError as exc:
+        raise AdmissionRefusedError(exc.message, field=f"inputs.{exc.name}") from None
+
+
+def _listed_files(session: Session, item: Mapping[str, Any]) -> list[str] | None:
+    row = session.get(Dataset, item["dataset"]) if "dataset" in item else None
+    if row is None:
+        return None
+    return [str(entry["path"]) for entry in row.files or [] if entry.get("kind") == "file"]
 
 
 def node_shapes(session: Session) -> list[NodeView]:

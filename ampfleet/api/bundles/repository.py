@@ -5,13 +5,9 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ampfleet.core.job_creation import bundle_recipe
 from ampfleet.core.models import Bundle, Job
 from ampfleet.core.states import TERMINAL_STATES
-
-
-def job_recipe(bundle_id: str) -> str:
-    """What a job that runs a bundle stores as its recipe: how its jobs are found."""
-    return f"bundle:{bundle_id}"
 
 
 def unfinished_jobs_of(session: Session, bundle: Bundle, limit: int = 5) -> list[str]:
@@ -20,7 +16,7 @@ def unfinished_jobs_of(session: Session, bundle: Bundle, limit: int = 5) -> list
             select(Job.id)
             .where(
                 Job.project == bundle.project,
-                Job.recipe == job_recipe(bundle.id),
+                Job.recipe == bundle_recipe(bundle.id),
                 Job.state.not_in([state.value for state in TERMINAL_STATES]),
             )
             .order_by(Job.id)

@@ -1,8 +1,9 @@
 """A spec's `inputs`, resolved at submit: each dataset reference to the version it names (a
 bare name to its newest version now, so a restart reads the same bytes), each `file:///`
 path checked against the operator's AMPFLEET_DATA_ROOTS. Nodes check shared paths again.
-Then the recipe's own check of what it can tell from the datasets' stored file lists (a
-model folder without weights, a data file of the wrong format), before anything is queued."""
+The recipe's own check of what it can tell from the datasets' stored file lists (a model
+folder without weights, a data file of the wrong format) is core's (job_creation.py), for a
+sweep's trials as for a submit."""
 
 from __future__ import annotations
 
@@ -10,14 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from ampfleet.api.datasets import repository
 from ampfleet.api.errors import UnprocessableError
 from ampfleet.core.data_roots import under_roots
-from ampfleet.core.models import Dataset
-from ampfleet.core.recipes import InputError, RecipeDefinition
 from ampfleet.core.settings import get_settings
 
 SHARED = "file://"
@@ -52,25 +50,3 @@ def _resolve(session: Session, project: str, name: str, ref: str) -> dict[str, A
         "sha256": row.sha256,
         "filename": row.filename,
     }
-
-
-def check_for_recipe(
-    session: Session,
-    recipe: RecipeDefinition,
-    hyperparameters: BaseModel,
-    resolved: Mapping[str, Mapping[str, Any]],
-) -> None:
-    """The recipe's check of the resolved inputs by their stored file lists (a shared
-    folder's is None: only the nodes see it); a refusal is a 422 on `inputs.<name>`."""
-    listed = {name: _listed_files(session, item) for name, item in resolved.items()}
-    try:
-        recipe.check_listed_inputs(hyperparameters, listed)
-    except InputError as exc:
-        raise UnprocessableError.for_field(f"inputs.{exc.name}", exc.message) from None
-
-
-def _listed_files(session: Session, item: Mapping[str, Any]) -> list[str] | None:
-    row = session.get(Dataset, item["dataset"]) if "dataset" in item else None
-    if row is None:
-        return None
-    return [str(entry["path"]) for entry in row.files or [] if entry.get("kind") == "file"]
