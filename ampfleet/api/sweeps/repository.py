@@ -34,6 +34,12 @@ def counts(session: Session, sweep_ids: list[str]) -> dict[str, dict[str, int]]:
     return out
 
 
+def jobs(session: Session, job_ids: list[str]) -> list[Job]:
+    if not job_ids:
+        return []
+    return list(session.scalars(select(Job).where(Job.id.in_(job_ids))))
+
+
 def unfinished_jobs(session: Session, sweep_id: str) -> list[str]:
     return list(
         session.scalars(

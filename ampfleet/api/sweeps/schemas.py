@@ -28,13 +28,37 @@ class TrialOut(BaseModel):
     finished_at: datetime | None
 
 
+class LastReported(BaseModel):
+    step: int
+    value: float
+
+
 class PrecisionRow(BaseModel):
-    precision: str
-    trials: int = Field(description="Complete trials that ran in this precision.")
-    best_trial: int | None = Field(description="The best of them by the first objective.")
-    value: float | None = Field(description="Its first objective's value.")
-    samples_per_s: float | None = Field(description="Its measured throughput.")
-    slot_s: float | None
+    """One precision tried, and one trial of it: the one with the best configuration (the
+    best trial's parameters but for precision) where such a trial ran, else the best complete
+    trial in this precision, else the one that went furthest."""
+
+    precision: str = Field(description="As the trial asked for it, else as measured.")
+    trials: int = Field(description="Trials in this precision, whatever became of them.")
+    complete: int = Field(description="Of those, the complete ones.")
+    best_trial: int | None = Field(
+        description="The best complete trial in this precision by the first objective."
+    )
+    trial: int = Field(description="The trial this row's figures are of.")
+    same_configuration: bool = Field(
+        description="Whether `trial` has the best configuration (else it is this precision's "
+        "best or furthest trial)."
+    )
+    state: TrialState = Field(description="The state of `trial`.")
+    reason: str | None = Field(description="Why `trial` was pruned, failed or cancelled.")
+    value: float | None = Field(description="Its first objective's value, once complete.")
+    last_reported: LastReported | None = Field(
+        description="The pruner's metric at the last step told: how far a trial that did not "
+        "complete got."
+    )
+    samples_per_s: float | None = Field(description="Its measured throughput (mean).")
+    slot_s: float | None = Field(description="Slot-seconds its job held.")
+    steps: int | None = Field(description="Steps it ran.")
 
 
 class SweepOut(BaseModel):
@@ -53,7 +77,8 @@ class SweepOut(BaseModel):
         description="The complete trials no other complete trial beats on every objective."
     )
     precision_report: list[PrecisionRow] = Field(
-        description="Per precision tried: the best trial, its quality and its speed."
+        description="Per precision tried, pruned or failed ones too: for the best "
+        "configuration, the measured quality and speed (or why there is none)."
     )
     slot_s: dict[str, float] = Field(
         description="Slot-seconds its trials held: total, and of those pruned."
