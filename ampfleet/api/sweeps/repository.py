@@ -6,7 +6,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import ProjectScope
-from ampfleet.core.models import Job, Sweep, SweepTrial
+from ampfleet.core.models import Job, Sweep, SweepEvent, SweepTrial
 from ampfleet.core.states import TERMINAL_STATES
 
 
@@ -56,3 +56,14 @@ def page(
     if before_id:
         stmt = stmt.where(Sweep.id < before_id)
     return list(session.scalars(stmt))
+
+
+def events(session: Session, sweep_id: str, after_id: int, limit: int) -> list[SweepEvent]:
+    return list(
+        session.scalars(
+            select(SweepEvent)
+            .where(SweepEvent.sweep_id == sweep_id, SweepEvent.id > after_id)
+            .order_by(SweepEvent.id)
+            .limit(limit)
+        )
+    )

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ampfleet.core.sweep_events import SweepEventType
 from ampfleet.core.sweep_spec import SweepState, TrialState
 
 
@@ -103,3 +104,27 @@ class SweepSummary(BaseModel):
 class SweepPage(BaseModel):
     items: list[SweepSummary]
     next_cursor: str | None
+
+
+class SweepEventOut(BaseModel):
+    id: int = Field(description="Increasing; `after` and the stream's `Last-Event-ID`.")
+    type: SweepEventType = Field(
+        description="sweep.trial_started | trial_completed | trial_pruned | trial_failed | "
+        "trial_cancelled, or the sweep's end: sweep.succeeded | failed | cancelled. The same "
+        "`type` as its webhook message."
+    )
+    time: datetime
+    trial: int | None = Field(description="The trial's number; null for the sweep's end.")
+    job_id: str | None = Field(description="The trial's job, where it has one.")
+    message: str
+    details: dict[str, Any] = Field(
+        description="A trial's: state, params, values, reason. The sweep's end: state, "
+        "reason, counts (trials by state)."
+    )
+
+
+class SweepEventList(BaseModel):
+    items: list[SweepEventOut]
+    next_after: int | None = Field(
+        description="Pass as `after` for the next page; null when this page was not full."
+    )

@@ -21,6 +21,8 @@ from ampfleet.api.pagination import decode_cursor, encode_cursor
 from ampfleet.api.sweeps import repository, results
 from ampfleet.api.sweeps.schemas import (
     PrecisionRow,
+    SweepEventList,
+    SweepEventOut,
     SweepOut,
     SweepPage,
     SweepSummary,
@@ -122,6 +124,14 @@ def cancel(session: Session, sweep_id: str, principal: Principal) -> Sweep:
     sweep_events.sweep_ended(session, sweep, counts, now)
     session.flush()
     return sweep
+
+
+def events(session: Session, sweep_id: str, after: int, limit: int) -> SweepEventList:
+    rows = repository.events(session, sweep_id, after, limit)
+    return SweepEventList(
+        items=[SweepEventOut.model_validate(e, from_attributes=True) for e in rows],
+        next_after=rows[-1].id if len(rows) == limit else None,
+    )
 
 
 def page(session: Session, scope: ProjectScope, *, cursor: str | None, limit: int) -> SweepPage:
