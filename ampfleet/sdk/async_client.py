@@ -24,7 +24,7 @@ import httpx
 
 from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
-from ampfleet.sdk import downloads, models, profiles, recipes
+from ampfleet.sdk import downloads, models, profiles, recipes, sweeps
 from ampfleet.sdk.base import ClientBase
 from ampfleet.sdk.flows import CodeSource, InputSource, SpecInput, States
 from ampfleet.sdk.protocol import (
@@ -211,6 +211,38 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         self, job_id: str, timeout: float | None = None, poll: float = 0.5, max_poll: float = 5.0
     ) -> models.Job:
         return await self._run(self._ops.wait(job_id, timeout, poll, max_poll))
+
+    # -- sweeps -------------------------------------------------------------------------------
+
+    async def sweep(self, spec: sweeps.SweepInput) -> dict[str, Any]:
+        return await self._run(sweeps.create(self._ops.send, spec))
+
+    async def get_sweep(self, sweep_id: str) -> dict[str, Any]:
+        return await self._run(sweeps.get(self._ops.send, sweep_id))
+
+    async def sweeps(self, project: str | None = None) -> list[dict[str, Any]]:
+        return await self._run(sweeps.listing(self._ops.send, project))
+
+    async def cancel_sweep(self, sweep_id: str) -> dict[str, Any]:
+        return await self._run(sweeps.cancel(self._ops.send, sweep_id))
+
+    async def wait_sweep(
+        self,
+        sweep_id: str,
+        timeout: float | None = None,
+        poll: float = 1.0,
+        on_poll: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        return await self._run(sweeps.wait(self._ops.send, sweep_id, timeout, poll, on_poll))
+
+    async def sweep_events(self, sweep_id: str, after: int = 0) -> list[dict[str, Any]]:
+        return await self._run(sweeps.events(self._ops.send, sweep_id, after))
+
+    def stream_sweep_events(
+        self, sweep_id: str, last_event_id: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        opener = self._ops.opener(sweeps.events_path(sweep_id), ())
+        return self._iterate(sweeps.stream_events(opener, last_event_id, self._ops.max_reconnects))
 
     # -- what a job reports -------------------------------------------------------------------
 

@@ -238,6 +238,19 @@ class Client(ClientBase[httpx.Client]):
         """Polls until the sweep ended; `on_poll(sweep)` sees each read (a live table)."""
         return self._run(sweeps.wait(self._ops.send, sweep_id, timeout, poll, on_poll))
 
+    def sweep_events(self, sweep_id: str, after: int = 0) -> list[dict[str, Any]]:
+        """Its events (a trial started, pruned, ended; its end) with an id above `after`."""
+        return self._run(sweeps.events(self._ops.send, sweep_id, after))
+
+    def stream_sweep_events(
+        self, sweep_id: str, last_event_id: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Live frames ({"kind": "event" | "progress" | "end", "id", "data"}) until the
+        sweep has ended and its trials with it; resumed by itself across dropped
+        connections, or from `last_event_id` (a frame's `id`)."""
+        opener = self._ops.opener(sweeps.events_path(sweep_id), ())
+        return self._iterate(sweeps.stream_events(opener, last_event_id, self._ops.max_reconnects))
+
     # -- what a job reports -------------------------------------------------------------------
 
     def events(self, job_id: str, after: int = 0) -> list[models.Event]:

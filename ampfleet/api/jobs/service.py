@@ -354,6 +354,8 @@ def to_out(job: Job, now: datetime | None = None) -> JobOut:
         ),
         failure_reason=job.failure_reason,
         labels=resolved.get("labels", {}),
+        sweep_id=job.sweep_id,
+        trial=job.trial,
         spec=resolved,
         created_at=job.created_at,
         updated_at=job.updated_at,
