@@ -12,7 +12,7 @@ are read from their goodput (what `max_slot_hours` is checked against every pass
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +35,8 @@ from ampfleet.core.sweep_spec import (
 )
 from ampfleet.scheduler import sweep_study
 from ampfleet.scheduler.sweep_numerics import numerics_problem
+
+SAMPLES_PER_S = "samples_per_s"
 
 
 def follow(
@@ -87,31 +89,34 @@ def stop(
     if request_cancel(session, job.id, reason=cause, message=reason) is None:
         return
     trial.state, trial.reason, trial.finished_at = state, reason, now
-    trial.measures = measures(session, job, goodput.of_job(session, job))
+    series = _series(session, job.id, [SAMPLES_PER_S])
+    trial.measures = measures(job, goodput.of_job(session, job), series)
     events.trial_ended(session, sweep, trial, now)
 
 
 def _new_points(
     session: Session, job_id: str, metric: str, told: dict[str, Any]
 ) -> list[tuple[int, float]]:
-    """The metric's points by step past the last one told to the pruner (the newest value
-    of a step reported again after a restart)."""
+    """The metric's points by step past the last one told to the pruner."""
     last = max((int(step) for step in told), default=-1)
-    return _points(session, job_id, metric, after_step=last)
+    return _series(session, job_id, [metric], after_step=last)[metric]
 
 
-def _points(
-    session: Session, job_id: str, metric: str, after_step: int = -1
-) -> list[tuple[int, float]]:
-    by_step: dict[int, float] = {}
+Series = dict[str, list[tuple[int, float]]]
+
+
+def _series(session: Session, job_id: str, names: Iterable[str], after_step: int = -1) -> Series:
+    """The named metrics' points by step, in one read (the newest value of a step reported
+    again after a restart)."""
+    by_name: dict[str, dict[int, float]] = {name: {} for name in names}
     rows = session.execute(
-        select(Metric.step, Metric.value)
-        .where(Metric.job_id == job_id, Metric.name == metric, Metric.step > after_step)
+        select(Metric.name, Metric.step, Metric.value)
+        .where(Metric.job_id == job_id, Metric.name.in_(by_name), Metric.step > after_step)
         .order_by(Metric.id)
     )
-    for step, value in rows:
-        by_step[step] = value
-    return sorted(by_step.items())
+    for name, step, value in rows:
+        by_name[name][step] = value
+    return {name: sorted(points.items()) for name, points in by_name.items()}
 
 
 def _finish(
@@ -123,10 +128,11 @@ def _finish(
     now: datetime,
 ) -> None:
     held = goodput.of_job(session, job)
-    trial.finished_at, trial.measures = now, measures(session, job, held)
+    series = _series(session, job.id, {SAMPLES_PER_S, *_reported(spec.objectives)})
+    trial.finished_at, trial.measures = now, measures(job, held, series)
     state = JobState(job.state)
     if state is JobState.SUCCEEDED:
-        values, missing = objective_values(session, spec.objectives, job.id, held)
+        values, missing = objective_values(spec.objectives, series, held)
         if missing:
             trial.state, trial.reason = TrialState.FAILED, missing
         elif problem is not None:  # finished, but on numbers the sweep cannot trust
@@ -141,8 +147,14 @@ def _finish(
     trial.reason = problem or f"its job {state.value}: {job.failure_reason or 'no reason'}"
 
 
+def _reported(objectives: Sequence[Objective]) -> set[str]:
+    """The metrics the trial reports that its objectives are computed from."""
+    names = {o.quality or o.metric for o in objectives}
+    return names - {SLOT_SECONDS, SLOT_SECONDS_PER_QUALITY}
+
+
 def objective_values(
-    session: Session, objectives: Sequence[Objective], job_id: str, held: Goodput
+    objectives: Sequence[Objective], series: Series, held: Goodput
 ) -> tuple[list[float], str | None]:
     """One value per objective, or why there is none (a metric never reported, a quality
     that slot-seconds cannot be divided by)."""
@@ -154,11 +166,11 @@ def objective_values(
             continue
         per_quality = objective.metric == SLOT_SECONDS_PER_QUALITY
         name = objective.quality if per_quality and objective.quality else objective.metric
-        series = [value for _, value in _points(session, job_id, name)]
-        if not series:
+        points = [value for _, value in series.get(name, [])]
+        if not points:
             return [], f"reported no {name}"
         larger_is_better = per_quality or objective.direction == "maximize"
-        value = _reduced(series, objective.reduce, larger_is_better)
+        value = _reduced(points, objective.reduce, larger_is_better)
         if per_quality:
             if not value > 0:
                 return [], f"{name} was {value:.4g}: slot-seconds per unit of it need it above 0"
@@ -175,9 +187,9 @@ def _reduced(series: list[float], reduce: str, larger_is_better: bool) -> float:
     return max(series) if larger_is_better else min(series)
 
 
-def measures(session: Session, job: Job, held: Goodput) -> dict[str, Any]:
+def measures(job: Job, held: Goodput, series: Series) -> dict[str, Any]:
     """What the platform measured of the trial, for the precision report."""
-    speeds = [value for _, value in _points(session, job.id, "samples_per_s")]
+    speeds = [value for _, value in series.get(SAMPLES_PER_S, [])]
     return {
         "samples_per_s": sum(speeds) / len(speeds) if speeds else None,
         "slot_s": round(held.allocated_slot_s, 3),
@@ -201,7 +213,7 @@ def settle(session: Session, trials: Sequence[SweepTrial], jobs: dict[str, Job])
     held = goodput.of_jobs(session, [jobs[str(t.job_id)] for t in stale])
     for trial in stale:
         job = jobs[str(trial.job_id)]
-        trial.measures = measures(session, job, held[job.id])
+        trial.measures = measures(job, held[job.id], _series(session, job.id, [SAMPLES_PER_S]))
 
 
 def slot_seconds(session: Session, trials: Sequence[SweepTrial], jobs: dict[str, Job]) -> float:

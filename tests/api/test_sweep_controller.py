@@ -2,16 +2,21 @@
 slots as a node would have them (real database, no fleet; both backends): Hyperband prunes
 as one continuous Optuna study would, spent slot-hours cancel the running trials, the
 numerics pruner stops an fp16 trial whose scale collapsed and one that fell back (both in the
-precision report, with their reasons, their slot-seconds counted as pruned), and the
-platform's own objectives (slot-seconds, and slot-seconds per unit of quality)."""
+precision report, with their reasons, their slot-seconds counted as pruned), the platform's
+own objectives (slot-seconds, and slot-seconds per unit of quality), and what the trials
+held is read in the same few statements however many run."""
 
 from __future__ import annotations
 
 import optuna
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import event, select
 
+from ampfleet.core.db import get_engine, session_scope
+from ampfleet.core.models import Job, SweepTrial
 from ampfleet.core.states import JobState
+from ampfleet.scheduler import sweep_trials
 from tests.support.sweeps import (
     controller_pass,
     end_jobs,
@@ -214,3 +219,42 @@ def test_platform_objectives_are_checked(
     )
     assert response.status_code == 422, response.text
     assert words in response.text
+
+
+def _statements_of_slot_seconds(sweep_id: str) -> int:
+    """How many statements the controller's slot-seconds read of the sweep takes."""
+    statements = 0
+
+    def count(*_args: object) -> None:
+        nonlocal statements
+        statements += 1
+
+    with session_scope() as session:
+        trials = list(session.scalars(select(SweepTrial).where(SweepTrial.sweep_id == sweep_id)))
+        jobs = {j.id: j for j in session.scalars(select(Job).where(Job.sweep_id == sweep_id))}
+        event.listen(get_engine(), "before_cursor_execute", count)
+        try:
+            held = sweep_trials.slot_seconds(session, trials, jobs)
+        finally:
+            event.remove(get_engine(), "before_cursor_execute", count)
+    assert held >= 10 * len(jobs)
+    return statements
+
+
+def test_the_slot_seconds_of_a_sweep_take_the_same_reads_for_any_number_of_trials(
+    client: TestClient,
+) -> None:
+    """What max_slot_hours is checked against every pass: one read for all running trials,
+    not one per trial."""
+    reads = []
+    for running in (1, 6):
+        spec = sweep_spec(
+            pruner={"type": "none"},
+            budget={"max_trials": 10, "max_concurrent": running, "max_slot_hours": 10},
+        )
+        sweep = client.post("/v1/sweeps", json=spec).json()
+        controller_pass()
+        for job in trial_jobs(sweep["id"]):
+            run(job.id, held_s=10)
+        reads.append(_statements_of_slot_seconds(sweep["id"]))
+    assert reads[0] == reads[1], reads
