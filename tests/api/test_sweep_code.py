@@ -128,3 +128,14 @@ def test_the_recipes_input_checks_refuse_a_sweep_and_fail_a_trial(writer: TestCl
     trials = writer.get(f"/v1/sweeps/{sweep_id}").json()["trials"]
     assert [t["state"] for t in trials] == ["failed", "failed"]
     assert trials[0]["reason"].startswith("not admitted: inputs.train: ")
+
+
+def test_a_bundle_stays_while_a_running_sweep_runs_it(
+    client: TestClient, bundle: dict[str, Any]
+) -> None:
+    sweep = client.post("/v1/sweeps", json=script_sweep(bundle["id"])).json()
+    refused = client.delete(f"/v1/bundles/{bundle['id']}")
+    assert refused.status_code == 409, refused.text
+    assert sweep["id"] in refused.json()["error"]["message"]
+    client.post(f"/v1/sweeps/{sweep['id']}/cancel")
+    assert client.delete(f"/v1/bundles/{bundle['id']}").status_code == 204

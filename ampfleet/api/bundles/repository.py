@@ -6,8 +6,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ampfleet.core.job_creation import bundle_recipe
-from ampfleet.core.models import Bundle, Job
+from ampfleet.core.models import Bundle, Job, Sweep
 from ampfleet.core.states import TERMINAL_STATES
+from ampfleet.core.sweep_spec import SweepState
 
 
 def unfinished_jobs_of(session: Session, bundle: Bundle, limit: int = 5) -> list[str]:
@@ -36,3 +37,17 @@ def listed(session: Session, project: str | None, limit: int) -> list[Bundle]:
     if project is not None:
         stmt = stmt.where(Bundle.project == project)
     return list(session.scalars(stmt))
+
+
+def running_sweeps_of(session: Session, bundle: Bundle) -> list[str]:
+    """Running sweeps of its project whose trials run it (each new trial fetches it)."""
+    sweeps = session.execute(
+        select(Sweep.id, Sweep.spec).where(
+            Sweep.project == bundle.project, Sweep.state == SweepState.RUNNING.value
+        )
+    )
+    return [
+        sweep_id
+        for sweep_id, spec in sweeps
+        if ((spec.get("base") or {}).get("code") or {}).get("bundle") == bundle.id
+    ]

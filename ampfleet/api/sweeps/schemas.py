@@ -20,7 +20,8 @@ class TrialOut(BaseModel):
     reason: str | None = Field(description="Why it was pruned, failed or cancelled.")
     measures: dict[str, Any] = Field(
         description="What the platform measured: samples_per_s (mean), slot_s, the effective "
-        "precision and allreduce dtype, steps."
+        "precision and allreduce dtype, steps; final: measured after its job ended (a pruned "
+        "trial's job stops after the trial ended: until then its slot_s is read live)."
     )
     intermediate: dict[str, float] = Field(
         description="The pruner's metric by step, as told to the pruner."
