@@ -191,7 +191,10 @@ class Numerics(_Strict):
 
     enabled: bool = True
     divergence_factor: float = Field(
-        10.0, gt=1.0, le=1e12, description="Loss above this many times its first value."
+        10.0,
+        gt=1.0,
+        le=1e12,
+        description="Loss above this many times the lowest of its first five logged values.",
     )
     min_loss_scale: float = Field(
         1.0, ge=0.0, description="fp16's loss scale below this: the scaler has collapsed."

@@ -80,10 +80,27 @@ def test_a_run_that_failed_on_non_finite_gradients_failed_for_its_numerics(job_i
     )
 
 
-def test_divergence_is_measured_against_the_first_loss(job_id: str) -> None:
+def test_divergence_is_measured_against_the_early_losses(job_id: str) -> None:
     report(job_id, "loss", [(5, 2.0), (10, 9.0), (15, 25.0)])
-    assert problem(job_id) == "numerics: diverged: loss 25 at step 15, over 10x its first value 2"
+    assert problem(job_id) == (
+        "numerics: diverged: loss 25 at step 15, over 10x 2, the lowest of its first 5 logged"
+    )
     assert problem(job_id, divergence_factor=20) is None
+
+
+def test_a_run_that_blew_up_before_its_first_log_still_diverges(job_id: str) -> None:
+    """Its first logged loss is already thousands: measured against it alone, the run would
+    go on for hundreds of steps before a loss rose 5x above it."""
+    report(job_id, "loss", [(5, 4561.0), (10, 29.0), (15, 163.0), (20, 6.3)])
+    assert problem(job_id, divergence_factor=5) == (
+        "numerics: diverged: loss 163 at step 15, over 5x 29, the lowest of its first 5 logged"
+    )
+
+
+def test_a_fast_learner_is_not_measured_against_its_own_progress(job_id: str) -> None:
+    falling = [(s, 2.3 / (1 + s)) for s in range(0, 200, 10)]  # down to 0.011
+    report(job_id, "loss", [*falling, (200, 0.3)])  # a spike, under 10x the early losses
+    assert problem(job_id) is None
 
 
 def test_a_disabled_policy_sees_nothing(job_id: str) -> None:
