@@ -91,7 +91,7 @@ def train_and_measure(
             parallel=ParallelConfig(strategy=strategy),
         )
         trainer = Trainer(task, cfg, writer=None)
-        trainer.batches = trainer.micro_batches(start=0)
+        trainer.batches = trainer.data.micro_batches(start=0)
         try:
             for _ in range(steps):
                 reported = trainer.step_once()
