@@ -27,8 +27,10 @@ the swap does: a process group per direction, in pieces), `casts` does its arith
 (divide, cast, widen, add) with no transfer. On a link, also: `swap`, the two-rank swap
 through one process group (send and receive take turns), and `gather`, an all_gather of the
 wire values summed in fp32 (one rounding per contribution at any world size, (world
-size)/4 of fp32's bytes). `floor` is the hook's bytes over the link rate. On a link, bytes
-are read off each host's own interface.
+size)/4 of fp32's bytes), and `late_recv`, the pipelined swap with each receive posted
+beside its own piece's send, as it was before the hook posted every receive first. `floor`
+is the hook's bytes over the link rate. On a link, bytes are read off each host's own
+interface.
 
 Under the times, the CPU each call cost (the busier rank's process, its threads and gloo's
 together, in its own CPU time, which other work on the machine does not stretch): where a
@@ -51,8 +53,11 @@ from ampfleet.workers.training.allreduce import AllReduceState, compressed_all_r
 from ampfleet.workers.training.allreduce_auto import measure_auto
 from ampfleet.workers.training.ring import (
     PIPELINE_CHUNKS,
+    SLICE_ELEMENTS,
     PairDirections,
     Workspace,
+    add_pair_,
+    compress_,
     gloo_average_,
     pair_average_,
     ring_average_,
@@ -62,7 +67,7 @@ from tests.support.localranks import run_ranks
 VARIANTS = (
     "fp32", "bf16", "fp16", "auto", "gloo_bf16", "gloo_wire", "ring_bf16", "wire", "casts"
 )  # fmt: skip
-LINK_VARIANTS = (*VARIANTS, "swap", "gather")
+LINK_VARIANTS = (*VARIANTS, "swap", "gather", "late_recv")
 # Where the ranks' bytes are counted: loopback carries every rank's (shared), a host of the
 # bed only its own.
 INTERFACE = {"loopback": "lo", "link": "eth0"}
@@ -166,14 +171,48 @@ def _variants(
         # The swap's transfers (pipelined_pair_average_) without its arithmetic.
         assert directions is not None
         send_group, receive_group = directions.send_receive()
-        works = []
-        for outgoing, incoming in zip(
-            mine.tensor_split(PIPELINE_CHUNKS), theirs.tensor_split(PIPELINE_CHUNKS), strict=True
-        ):
-            works.append(dist.isend(outgoing, peer, group=send_group))
-            works.append(dist.irecv(incoming, peer, group=receive_group))
+        works = [
+            dist.irecv(piece, peer, group=receive_group)
+            for piece in theirs.tensor_split(PIPELINE_CHUNKS)
+        ]
+        for piece in mine.tensor_split(PIPELINE_CHUNKS):
+            works.append(dist.isend(piece, peer, group=send_group))
         for work in works:
             work.wait()  # type: ignore[union-attr]
+
+    scaled, widened = torch.empty(SLICE_ELEMENTS), torch.empty(SLICE_ELEMENTS)
+
+    def late_receives() -> None:
+        # The pipelined swap as it was, each receive posted beside its own piece's send:
+        # gloo sends a piece only once its receiver is ready, a round trip later.
+        assert directions is not None
+        send_group, receive_group = directions.send_receive()
+        pieces = list(
+            zip(
+                bucket.tensor_split(PIPELINE_CHUNKS),
+                mine.tensor_split(PIPELINE_CHUNKS),
+                theirs.tensor_split(PIPELINE_CHUNKS),
+                strict=True,
+            )
+        )
+        in_flight = []
+
+        def finish(index: int) -> None:
+            for work in in_flight[index]:
+                work.wait()  # type: ignore[union-attr]
+            add_pair_(*pieces[index], widened)
+
+        for index, (source, outgoing, incoming) in enumerate(pieces):
+            compress_(outgoing, source, 2, scaled)
+            in_flight.append(
+                (
+                    dist.isend(outgoing, peer, group=send_group),
+                    dist.irecv(incoming, peer, group=receive_group),
+                )
+            )
+            if index:
+                finish(index - 1)
+        finish(len(pieces) - 1)
 
     primed: list[bool] = []
 
@@ -209,12 +248,14 @@ def _variants(
         "gloo_wire": lambda: gloo_average_(bucket, torch.bfloat16, workspaces["gloo_wire"]),
         "swap": lambda: pair_average_(bucket, torch.bfloat16, workspaces["swap"]),
         "gather": gather,
+        "late_recv": late_receives,
         "wire": wire,
         "casts": casts,
     }
     wanted: tuple[str, ...] = (*VARIANTS, "swap") if mode == "loopback" else LINK_VARIANTS
     if world_size != 2:  # the two-rank algorithms
-        wanted = tuple(name for name in wanted if name not in ("swap", "wire", "casts"))
+        two_ranks = ("swap", "wire", "casts", "late_recv")
+        wanted = tuple(name for name in wanted if name not in two_ranks)
     pick = f"{choice.dtype} by {choice.wire or 'default'}" if choice.dtype != "fp32" else "fp32"
     return {name: functions[name] for name in wanted}, lambda: bucket.copy_(gradients), pick
 
