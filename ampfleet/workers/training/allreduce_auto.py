@@ -3,11 +3,12 @@ at the job's start on its own process group.
 
 fp32 and each half-precision wire (on gloo: the two-rank swap, the ring, gloo's own
 all_reduce; on NCCL: its own) reduce a gradient bucket the way the hook does, in rounds in
-which they take turns, so that a burst of other work on the host hits them alike. A wire is
-judged by its time over fp32's in the same round (the slowest rank's times), the median of
-that over the rounds: a paired ratio, which load that comes and goes moves much less than
-it moves either time. Rounds go on while the time budget lasts, between AUTO_MIN_ROUNDS and
-AUTO_MAX_ROUNDS after a warm-up round.
+which they take turns, so that load that comes and goes hits them alike. Rounds go on while
+the time budget lasts, between AUTO_MIN_ROUNDS and AUTO_MAX_ROUNDS after a warm-up round.
+A wire's ratio to fp32 is the worse of two medians over the rounds (the slowest rank's
+times): of its time over fp32's in the same round, which slow drifts in the load do not
+move, and of its times over fp32's times, which a burst that hits one call of a round does
+not move; where the two disagree, the figures do not show the wire faster.
 
 Two margins keep the choice from flapping between runs where the figures are close: half
 precision must beat fp32 by AUTO_MIN_SPEEDUP (a tie is not worth its rounding), and the
@@ -18,6 +19,7 @@ the hook's guard keeps comparing it with fp32 (allreduce.py).
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,7 +65,7 @@ class AutoChoice:
     candidates: dict[str, float] = field(default_factory=dict)
     """Each half-precision wire timed, in seconds (the slowest rank's median)."""
     ratios: dict[str, float] = field(default_factory=dict)
-    """Each wire's median over the rounds of its time over fp32's in the same round."""
+    """Each wire's time over fp32's, as `measure_auto` judges it."""
     rounds: int = 0
     chose: str = ""
     """The dtype taken; '' in a checkpoint from before it was stored, whose rule was the
@@ -124,9 +126,16 @@ def measure_auto(state: AllReduceState, half: str, numel: int, device: torch.dev
     runs = _runs(state, DTYPES[half], bucket)
     table = _timed_rounds(runs, lambda: bucket.copy_(gradients), device)
     names = list(runs)
-    fp32 = table[:, 0]
-    medians = {name: float(table[:, i].median()) for i, name in enumerate(names)}
-    ratios = {name: float((table[:, i] / fp32).median()) for i, name in enumerate(names) if i}
+    columns = {name: table[:, i].tolist() for i, name in enumerate(names)}
+    medians = {name: statistics.median(times) for name, times in columns.items()}
+    ratios = {
+        name: max(
+            statistics.median(t / f for t, f in zip(times, columns["fp32"], strict=True)),
+            medians[name] / medians["fp32"],
+        )
+        for name, times in columns.items()
+        if name != "fp32"
+    }
     on_nccl = state.backend == "nccl"
     wire, pays = choose(ratios, "nccl" if on_nccl else default_algorithm(dist.get_world_size()))
     return AutoChoice(
