@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ampfleet.workers.training.allreduce_auto import AutoChoice, choose
+from ampfleet.workers.training.allreduce_auto import AutoChoice, choose, judge
 
 
 @pytest.mark.parametrize(
@@ -30,6 +30,31 @@ def test_the_choice_keeps_the_default_wire_and_fp32_unless_clearly_beaten(
 ) -> None:
     default = "nccl" if "nccl" in ratios else "swap" if "swap" in ratios else "ring"
     assert choose(ratios, default) == taken
+
+
+def test_a_wire_is_not_judged_faster_on_the_rounds_where_fp32_had_a_burst() -> None:
+    """As on a loaded loopback: bursts hit fp32's calls in some rounds, and round by round
+    the ring looked faster (a median paired ratio of 0.75x) while its times were 1.75x
+    fp32's. The worse of the two medians counts: fp32 stays."""
+    times = {
+        "fp32": [0.060, 0.070, 0.080, 0.300, 0.400],
+        "ring": [0.127, 0.140, 0.060, 0.200, 0.150],
+    }
+    medians, ratios = judge(times)
+    assert medians == {"fp32": 0.080, "ring": 0.140}
+    assert ratios["ring"] == pytest.approx(1.75)
+    assert choose(ratios, "swap") == ("ring", False)
+    # Where the load drifted slowly instead, the pairing is the worse measure, and counts.
+    drifting = {"fp32": [0.10, 0.20, 0.30], "gloo": [0.09, 0.10, 0.29]}
+    assert judge(drifting)[1]["gloo"] == pytest.approx(0.9)
+
+
+def test_an_even_count_of_rounds_has_a_true_median() -> None:
+    """The lower of the two middle ratios (torch's median) took the ring at 0.74x here."""
+    times = {"fp32": [0.060, 0.070, 0.180, 0.260], "ring": [0.127, 0.140, 0.134, 0.120]}
+    ratios = judge(times)[1]
+    assert ratios["ring"] == pytest.approx((0.134 / 0.180 + 0.140 / 0.070) / 2)
+    assert choose(ratios, "swap") == ("ring", False)
 
 
 def _choice(**fields: object) -> AutoChoice:

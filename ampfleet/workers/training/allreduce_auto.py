@@ -116,6 +116,21 @@ def choose(ratios: dict[str, float], default: str) -> tuple[str, bool]:
     return fastest, True
 
 
+def judge(times: dict[str, list[float]]) -> tuple[dict[str, float], dict[str, float]]:
+    """Each run's median time, and each wire's ratio to fp32 (see the module's docstring),
+    from the rounds' times of each run (fp32 among them)."""
+    medians = {name: statistics.median(seconds) for name, seconds in times.items()}
+    ratios = {
+        name: max(
+            statistics.median(t / f for t, f in zip(seconds, times["fp32"], strict=True)),
+            medians[name] / medians["fp32"],
+        )
+        for name, seconds in times.items()
+        if name != "fp32"
+    }
+    return medians, ratios
+
+
 def measure_auto(state: AllReduceState, half: str, numel: int, device: torch.device) -> AutoChoice:
     """Times fp32 and each `half` wire on a bucket of `numel` gradients over the default
     group, takes what `choose` says; every rank decides on the same (slowest rank's)
@@ -126,16 +141,7 @@ def measure_auto(state: AllReduceState, half: str, numel: int, device: torch.dev
     runs = _runs(state, DTYPES[half], bucket)
     table = _timed_rounds(runs, lambda: bucket.copy_(gradients), device)
     names = list(runs)
-    columns = {name: table[:, i].tolist() for i, name in enumerate(names)}
-    medians = {name: statistics.median(times) for name, times in columns.items()}
-    ratios = {
-        name: max(
-            statistics.median(t / f for t, f in zip(times, columns["fp32"], strict=True)),
-            medians[name] / medians["fp32"],
-        )
-        for name, times in columns.items()
-        if name != "fp32"
-    }
+    medians, ratios = judge({name: table[:, i].tolist() for i, name in enumerate(names)})
     on_nccl = state.backend == "nccl"
     wire, pays = choose(ratios, "nccl" if on_nccl else default_algorithm(dist.get_world_size()))
     return AutoChoice(
