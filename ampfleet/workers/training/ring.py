@@ -237,7 +237,7 @@ def pipelined_pair_average_(
     Every receive is posted first. gloo sends a message only once its receiver has said it
     is ready for it (a round trip per message): a receive posted only beside its own send
     held the peer's piece back by that round trip, and woke both ranks' event loops for each
-    piece: a third more CPU per 25 MiB bucket at 10 Gbit/s (BENCHMARKS.md, `late_recv`)."""
+    piece: up to a third more CPU per 25 MiB bucket at 10 Gbit/s (BENCHMARKS.md, `late_recv`)."""
     peer = 1 - dist.get_rank()
     send_group, receive_group = directions.send_receive()
     mine = workspace.get("wire", key, buffer.numel(), dtype).tensor_split(chunks)
