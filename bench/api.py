@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import httpx
 
@@ -32,9 +33,16 @@ from tests.support.fleet import free_port
 from tests.support.services import services
 
 
+@dataclass(frozen=True)
+class Server:
+    url: str
+    pid: int
+
+
 @contextmanager
-def server(args: list[str], env: dict[str, str]) -> Iterator[str]:
-    """A uvicorn process; its log is shown if the benchmark fails."""
+def server(args: list[str], env: dict[str, str]) -> Iterator[Server]:
+    """A uvicorn process; its log is shown if the benchmark fails, and its errors (an
+    exception in the application, a warning) after it stopped."""
     port = free_port()
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(
@@ -44,6 +52,7 @@ def server(args: list[str], env: dict[str, str]) -> Iterator[str]:
             stderr=subprocess.STDOUT,
         )
         url = f"http://127.0.0.1:{port}"
+        failed = False
         try:
             for _ in range(200):
                 try:
@@ -51,14 +60,51 @@ def server(args: list[str], env: dict[str, str]) -> Iterator[str]:
                     break
                 except httpx.HTTPError:
                     time.sleep(0.1)
-            yield url
+            yield Server(url, process.pid)
         except BaseException:
-            log.seek(0)
-            print(f"--- {' '.join(args)} (exit {process.poll()}):\n{log.read()[-5000:]}")
+            failed = True
             raise
         finally:
             process.terminate()
             process.wait(timeout=20)
+            log.seek(0)
+            text = log.read()
+            if failed or text.strip():
+                print(f"--- {' '.join(args)} (exit {process.poll()}):\n{text[-5000:]}")
+
+
+@contextmanager
+def api_environment() -> Iterator[tuple[dict[str, str], str]]:
+    """(the servers' environment, an admin key) on a fresh, migrated database with the
+    rate limits out of the way (one key drives every client)."""
+    with tempfile.TemporaryDirectory() as tmp, fresh_postgres_database("ampfleet_bench") as db:
+        env = {
+            "AMPFLEET_DATABASE_URL": db,
+            "AMPFLEET_BROKER_URL": services().redis_url(13),
+            "AMPFLEET_DATA_DIR": tmp,
+            "AMPFLEET_RATE_LIMIT_PER_S": "1000000",
+            "AMPFLEET_RATE_LIMIT_BURST": "1000000",
+            "AMPFLEET_MAX_REQUESTS_IN_FLIGHT_PER_KEY": "1000000",  # one key, 20 clients
+            "AMPFLEET_LOG_LEVEL": "WARNING",
+        }
+        subprocess.run(
+            [sys.executable, "-m", "ampfleet.cli", "migrate"],
+            env={**os.environ, **env},
+            check=True,
+            capture_output=True,
+        )
+        key = subprocess.run(
+            [sys.executable, "-m", "ampfleet.cli", "bootstrap-key"],
+            env={**os.environ, **env},
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        yield env, key
+
+
+UVICORN = ["uvicorn", "--log-level", "warning", "--no-access-log"]
+OURS = [*UVICORN, "--factory", "ampfleet.api.app:create_app"]
 
 
 async def load(
@@ -102,52 +148,30 @@ def main() -> None:
     args = parser.parse_args()
     spec = job_spec(stop={"max_steps": 10})
     results: dict[str, list[tuple[float, float, float]]] = {}
-    with tempfile.TemporaryDirectory() as tmp, fresh_postgres_database("ampfleet_bench") as db:
-        env = {
-            "AMPFLEET_DATABASE_URL": db,
-            "AMPFLEET_BROKER_URL": services().redis_url(13),
-            "AMPFLEET_DATA_DIR": tmp,
-            "AMPFLEET_RATE_LIMIT_PER_S": "1000000",
-            "AMPFLEET_RATE_LIMIT_BURST": "1000000",
-            "AMPFLEET_MAX_REQUESTS_IN_FLIGHT_PER_KEY": "1000000",  # one key, 32 clients
-            "AMPFLEET_LOG_LEVEL": "WARNING",
+    with (
+        api_environment() as (env, key),
+        server(OURS, env) as ours_server,
+        server([*UVICORN, "bench.bare_app:app"], env) as bare_server,
+        server([*UVICORN, "bench.echo_app:app"], {}) as echo_server,
+    ):
+        ours, bare, echo = ours_server.url, bare_server.url, echo_server.url
+        auth = {"Authorization": f"Bearer {key}"}
+        job_id = httpx.post(ours + "/v1/jobs", json=spec, headers=auth).json()["id"]
+        cases = {
+            "POST ours": (ours, lambda c: c.post("/v1/jobs", json=spec), auth),
+            "POST bare": (bare, lambda c: c.post("/bare/jobs", json=spec), auth),
+            "POST lean": (bare, lambda c: c.post("/lean/jobs", json=spec), auth),
+            "POST echo": (echo, lambda c: c.post("/echo", json=spec), {}),
+            "GET ours": (ours, lambda c: c.get(f"/v1/jobs/{job_id}"), auth),
+            "GET bare": (bare, lambda c: c.get(f"/bare/jobs/{job_id}"), auth),
+            "GET lean": (bare, lambda c: c.get(f"/lean/jobs/{job_id}"), auth),
+            "GET echo": (echo, lambda c: c.get(f"/echo/{job_id}"), {}),
         }
-        subprocess.run(
-            [sys.executable, "-m", "ampfleet.cli", "migrate"],
-            env={**os.environ, **env},
-            check=True,
-            capture_output=True,
-        )
-        key = subprocess.run(
-            [sys.executable, "-m", "ampfleet.cli", "bootstrap-key"],
-            env={**os.environ, **env},
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        uvicorn = ["uvicorn", "--log-level", "warning", "--no-access-log"]
-        with (
-            server([*uvicorn, "--factory", "ampfleet.api.app:create_app"], env) as ours,
-            server([*uvicorn, "bench.bare_app:app"], env) as bare,
-            server([*uvicorn, "bench.echo_app:app"], {}) as echo,
-        ):
-            auth = {"Authorization": f"Bearer {key}"}
-            job_id = httpx.post(ours + "/v1/jobs", json=spec, headers=auth).json()["id"]
-            cases = {
-                "POST ours": (ours, lambda c: c.post("/v1/jobs", json=spec), auth),
-                "POST bare": (bare, lambda c: c.post("/bare/jobs", json=spec), auth),
-                "POST lean": (bare, lambda c: c.post("/lean/jobs", json=spec), auth),
-                "POST echo": (echo, lambda c: c.post("/echo", json=spec), {}),
-                "GET ours": (ours, lambda c: c.get(f"/v1/jobs/{job_id}"), auth),
-                "GET bare": (bare, lambda c: c.get(f"/bare/jobs/{job_id}"), auth),
-                "GET lean": (bare, lambda c: c.get(f"/lean/jobs/{job_id}"), auth),
-                "GET echo": (echo, lambda c: c.get(f"/echo/{job_id}"), {}),
-            }
-            for _ in range(args.rounds):
-                for name, (url, request, headers) in cases.items():
-                    results.setdefault(name, []).append(
-                        asyncio.run(load(url, args.clients, args.seconds, request, headers))
-                    )
+        for _ in range(args.rounds):
+            for name, (url, request, headers) in cases.items():
+                results.setdefault(name, []).append(
+                    asyncio.run(load(url, args.clients, args.seconds, request, headers))
+                )
     print(
         f"{args.clients} concurrent clients, {args.seconds:g} s per case, "
         f"median of {args.rounds} rounds"

@@ -21,6 +21,7 @@ from ampfleet.api.jobs.schemas import (
     JobPatch,
 )
 from ampfleet.api.jobs.stream import stream_job
+from ampfleet.api.serialized import json_response
 from ampfleet.api.stream_tokens import StreamToken, stream_principal
 from ampfleet.api.streaming import stream_response_doc, wants_stream
 from ampfleet.core.db import after_commit
@@ -58,7 +59,6 @@ def submit_job(
     session: SessionDep,
     reader: ReadSessionDep,
     principal: CurrentPrincipal,
-    response: Response,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -67,7 +67,7 @@ def submit_job(
             "AMPFLEET_IDEMPOTENCY_KEY_TTL_S).",
         ),
     ] = None,
-) -> JobOut:
+) -> Response:
     if "project" not in spec.model_fields_set:
         spec = spec.model_copy(update={"project": principal.project})
     principal.check_can_write(spec.project)
@@ -86,10 +86,11 @@ def submit_job(
             session.commit()
     if created:
         after_commit(session, wake_scheduler)  # the scheduler must find the job committed
-    else:
-        response.status_code = status.HTTP_200_OK
-    response.headers["Location"] = f"/v1/jobs/{job.id}"
-    return service.to_out(job)
+    return json_response(
+        service.to_out(job),
+        status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,
+        {"Location": f"/v1/jobs/{job.id}"},
+    )
 
 
 @router.get("", response_model=JobPage, responses=responses(401, 403, 422), summary="List jobs")
@@ -115,8 +116,8 @@ def list_jobs(
 @router.get(
     "/{job_id}", response_model=JobOut, responses=responses(401, 403, 404), summary="Get a job"
 )
-def get_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) -> JobOut:
-    return service.detail(session, service.get(session, job_id, principal))
+def get_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) -> Response:
+    return json_response(service.detail(session, service.get(session, job_id, principal)))
 
 
 @router.patch(
