@@ -6,8 +6,9 @@ database work (bench/bare_app.py), and against a bare echo endpoint for scale.
 All run under uvicorn (one process, the same settings) on the same PostgreSQL database, ours
 with Redis, API-key auth and its per-key rate limit; the same load generator drives each,
 interleaved, in one run. Figures are medians over rounds: requests/s and p50/p99 latency of
-POST /v1/jobs and GET /v1/jobs/{id}. The ratio that matters is ours / bare: the same
-statements, so what is left is what ours adds.
+POST /v1/jobs and GET /v1/jobs/{id}. The ratio that matters is ours / lean: the same
+statements, so what is left is what ours adds. A request whose connection failed is counted
+and printed at the end (not timed), and so is anything a server logged.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -111,10 +113,13 @@ async def load(
     url: str,
     clients: int,
     seconds: float,
-    request: Callable[[httpx.AsyncClient, int], object],
+    request: Callable[[httpx.AsyncClient], object],
     headers: dict[str, str],
+    failures: Counter[str] | None = None,
 ) -> tuple[float, float, float]:
-    """(requests/s, p50 seconds, p99 seconds) of `clients` loops sending `request` for `seconds`."""
+    """(requests/s, p50 seconds, p99 seconds) of `clients` loops sending `request` for `seconds`.
+    With `failures`, a request whose connection failed (the server closed it, say) is
+    counted there by its error and the loop goes on; without, it ends the benchmark."""
     latencies: list[float] = []
     deadline = time.perf_counter() + seconds
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
@@ -125,7 +130,13 @@ async def load(
         async def loop() -> None:
             while time.perf_counter() < deadline:
                 started = time.perf_counter()
-                response = await request(client)  # type: ignore[misc]
+                try:
+                    response = await request(client)  # type: ignore[misc]
+                except httpx.TransportError as exc:
+                    if failures is None:
+                        raise
+                    failures[f"{type(exc).__name__}: {exc}"] += 1
+                    continue
                 assert response.status_code < 300, response.text
                 latencies.append(time.perf_counter() - started)
 
@@ -148,6 +159,7 @@ def main() -> None:
     args = parser.parse_args()
     spec = job_spec(stop={"max_steps": 10})
     results: dict[str, list[tuple[float, float, float]]] = {}
+    failures: defaultdict[str, Counter[str]] = defaultdict(Counter)
     with (
         api_environment() as (env, key),
         server(OURS, env) as ours_server,
@@ -170,7 +182,9 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, (url, request, headers) in cases.items():
                 results.setdefault(name, []).append(
-                    asyncio.run(load(url, args.clients, args.seconds, request, headers))
+                    asyncio.run(
+                        load(url, args.clients, args.seconds, request, headers, failures[name])
+                    )
                 )
     print(
         f"{args.clients} concurrent clients, {args.seconds:g} s per case, "
@@ -192,6 +206,9 @@ def main() -> None:
                 f" (rounds: {', '.join(f'{r:.2f}' for r in rounds)})"
             )
         print(f"{verb}: ours / echo = {median[f'{verb} ours'][0] / median[f'{verb} echo'][0]:.2f}x")
+    for name, errors in failures.items():
+        for error, count in errors.items():
+            print(f"failed connections, {name}: {count} x {error}")
 
 
 if __name__ == "__main__":
