@@ -1,22 +1,36 @@
 """Dependency aliases shared by every router.
 
 The sessions are async dependencies on purpose. FastAPI runs a sync dependency with `yield`
-in the thread pool twice (its start and its end), and every such hop is a hand-off between
-the event loop and a thread that holds the request's database connection a little longer.
-A session does no I/O until its first statement, so it is made on the event loop; only its
-end (the commit, the after-commit actions) goes to a thread."""
+in the thread pool twice (its start and its end), and every hop between the event loop and
+a thread costs more than it carries under load: the woken thread and the loop then queue
+for the interpreter (BENCHMARKS.md, "API"). A session does no I/O until its first
+statement, so it is made on the event loop; its end (the commit, the after-commit actions)
+goes to a thread only when there is something to end: the busiest routes end their unit of
+work in their own thread (`ends_unit_of_work`), and their sessions are then closed on the
+loop."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import functools
+import inspect
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated
+from typing import Annotated, ParamSpec, TypeVar
 
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from ampfleet.core.db import get_read_sessionmaker, get_sessionmaker, unit_of_work
+from ampfleet.core.db import (
+    commit_unit_of_work,
+    get_read_sessionmaker,
+    get_sessionmaker,
+    nothing_to_commit,
+    unit_of_work,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @asynccontextmanager
@@ -31,7 +45,27 @@ async def _unit_of_work(factory: sessionmaker[Session]) -> AsyncIterator[Session
         if not await run_in_threadpool(work.__exit__, type(exc), exc, exc.__traceback__):
             raise
     else:
-        await run_in_threadpool(work.__exit__, None, None, None)
+        if nothing_to_commit(session):
+            work.__exit__(None, None, None)  # a commit of nothing and a close: no I/O
+        else:
+            await run_in_threadpool(work.__exit__, None, None, None)
+
+
+def ends_unit_of_work(handler: Callable[P, R]) -> Callable[P, R]:
+    """A sync route handler that commits its request's unit of work (`session`) itself, as
+    its last step, in the thread it already runs in: what the session dependency would
+    otherwise do in one more thread after it. A handler that raises commits nothing (the
+    dependency rolls back). For the busiest routes; the rule stays the dependency's."""
+    if "session" not in inspect.signature(handler).parameters:
+        raise TypeError(f"{handler.__qualname__} has no `session` to end the unit of work of")
+
+    @functools.wraps(handler)
+    def handle(*args: P.args, **kwargs: P.kwargs) -> R:
+        result = handler(*args, **kwargs)
+        commit_unit_of_work(kwargs["session"])  # type: ignore[arg-type]
+        return result
+
+    return handle
 
 
 async def get_db_session(request: Request) -> AsyncIterator[Session]:

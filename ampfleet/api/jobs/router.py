@@ -10,7 +10,7 @@ from fastapi.responses import StreamingResponse
 from ampfleet.api import stream_tokens
 from ampfleet.api.auth import CurrentPrincipal, ListingScope, Principal
 from ampfleet.api.bounds import MAX_ID
-from ampfleet.api.deps import ReadSessionDep, SessionDep
+from ampfleet.api.deps import ReadSessionDep, SessionDep, ends_unit_of_work
 from ampfleet.api.errors import responses
 from ampfleet.api.jobs import deletion, idempotency, repository, service
 from ampfleet.api.jobs.schemas import (
@@ -54,6 +54,7 @@ JOB_CURSOR_PATTERN = r"^[A-Za-z0-9_-]{40}$"  # a job id, base64url without paddi
     "Retry-After; the same key with another body answers 422. A key is remembered for "
     "AMPFLEET_IDEMPOTENCY_KEY_TTL_S (a day) after its job was submitted, then free again.",
 )
+@ends_unit_of_work
 def submit_job(
     spec: JobSpec,
     session: SessionDep,
@@ -116,6 +117,7 @@ def list_jobs(
 @router.get(
     "/{job_id}", response_model=JobOut, responses=responses(401, 403, 404), summary="Get a job"
 )
+@ends_unit_of_work
 def get_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) -> Response:
     return json_response(service.detail(session, service.get(session, job_id, principal)))
 
