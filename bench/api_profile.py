@@ -36,7 +36,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.api import OURS, UVICORN, api_environment, load, server
+from bench.api import OURS, UVICORN, api_environment, cpu_seconds, load, server
 from tests.support.factories import job_spec
 
 # What a request does, each owning everything beneath it in the stack (a sample in the
@@ -59,6 +59,7 @@ WORK: list[tuple[str, re.Pattern[str]]] = [
         ("submit: its rules and rows", r"api/jobs/|core/job_creation|core/lifecycle|core/ids"),
         ("GET: the job, its goodput", r"api/goodput\.py|core/goodput\.py"),
         ("logging", r"/logging/|core/logs\.py"),
+        ("lean: its own code", r"bench/bare_app\.py"),
     )
 ]
 # The plumbing around the work, claimed by the deepest frame it matches when no row above
@@ -112,6 +113,7 @@ class Profile:
     p50_s: float
     samples: int
     rows: Counter[str]
+    cpu_ms_per_request: float
 
 
 def profiled(url: str, pid: int, args: argparse.Namespace, request: Request) -> Profile:
@@ -128,7 +130,9 @@ def profiled(url: str, pid: int, args: argparse.Namespace, request: Request) -> 
             stderr=subprocess.PIPE,
             text=True,
         )
-        rate, p50, _ = asyncio.run(load(url, args.clients, args.seconds, request, args.auth))
+        cpu = cpu_seconds(pid)
+        _, p50, _, requests = asyncio.run(load(url, args.clients, args.seconds, request, args.auth))
+        cpu = cpu_seconds(pid) - cpu
         _, spy_errors = spy.communicate(timeout=60)
         folded = Path(out.name).read_text()
     if spy.returncode != 0 or not folded:
@@ -136,7 +140,7 @@ def profiled(url: str, pid: int, args: argparse.Namespace, request: Request) -> 
     if args.flame:
         args.flame.with_suffix(f".{pid}.folded").write_text(folded)
     samples, rows = summarise(folded)
-    return Profile(round(rate * args.seconds), p50, samples, rows)
+    return Profile(requests, p50, samples, rows, cpu * 1000 / max(requests, 1))
 
 
 def main() -> None:
@@ -174,7 +178,8 @@ def main() -> None:
         print(
             f"  {name}: {profile.requests / args.seconds:.0f} req/s, p50 "
             f"{profile.p50_s * 1000:.0f} ms, holding the interpreter lock in "
-            f"{profile.samples / expected:.0%} of the samples"
+            f"{profile.samples / expected:.0%} of the samples; "
+            f"{profile.cpu_ms_per_request:.2f} ms of CPU per request"
         )
     print(f"{'ms of the interpreter lock per request':48} {'ours':>6} {'lean':>6}   ours %")
     ms = {
