@@ -34,6 +34,7 @@ from typing import NamedTuple
 import httpx
 
 from ampfleet.api.observability import nearest_rank
+from ampfleet.sdk.base import KEEPALIVE_EXPIRY_S
 from tests.support.env import fresh_postgres_database
 from tests.support.factories import job_spec
 from tests.support.fleet import free_port
@@ -127,7 +128,11 @@ async def load(
     counted there by its error and the loop goes on; without, it ends the benchmark."""
     latencies: list[float] = []
     deadline = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    limits = httpx.Limits(
+        max_connections=clients,
+        max_keepalive_connections=clients,
+        keepalive_expiry=KEEPALIVE_EXPIRY_S,  # the SDK's, under the server's keep-alive
+    )
     async with httpx.AsyncClient(
         base_url=url, headers=headers, limits=limits, timeout=30
     ) as client:
