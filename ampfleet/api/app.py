@@ -97,11 +97,11 @@ def create_app() -> FastAPI:
 
 def create_serving_app() -> FastAPI:
     """The app of an API server process (`ampfleet api`): `create_app`, then everything
-    alive at that point (modules, routes, models, recipes: about 200,000 objects) moved out
-    of the garbage collector's sight (`gc.freeze`). They live as long as the process, and a
-    request allocates enough to set off a full collection every few requests, each of which
-    walked all of them again: about 0.8 ms of CPU per POST /v1/jobs (BENCHMARKS.md, "API").
-    Not in `create_app`, which tests call many times in one process."""
+    alive at that point (modules, routes, models, recipes: about 155,000 objects) moved out
+    of the garbage collector's sight (`gc.freeze`). They live as long as the process, and
+    requests allocate enough that full collections keep coming round, each of which walked
+    all of them again (BENCHMARKS.md, "API"). Not in `create_app`, which tests call many
+    times in one process."""
     app = create_app()
     gc.collect()  # what start-up left as garbage goes now, not frozen with the rest
     gc.freeze()
