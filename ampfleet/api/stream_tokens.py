@@ -19,6 +19,7 @@ from typing import Annotated
 from fastapi import BackgroundTasks, Query, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from ampfleet.api.auth import (
     Principal,
@@ -63,7 +64,7 @@ def principal_for(token: str, job_id: str) -> Principal:
         return Principal(key_id=row.id, project=row.project, role=Role(row.role))
 
 
-def stream_principal(
+async def stream_principal(
     job_id: str,
     request: Request,
     background: BackgroundTasks,
@@ -81,5 +82,5 @@ def stream_principal(
 ) -> Principal:
     """The caller of a job's event stream: by its key, or by a stream token for that job."""
     if token is not None and credentials is None and header_key is None:
-        return principal_for(token, job_id)
-    return current_principal(request, background, credentials, header_key, now)
+        return await run_in_threadpool(principal_for, token, job_id)
+    return await current_principal(request, background, credentials, header_key, now)

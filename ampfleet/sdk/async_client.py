@@ -25,7 +25,7 @@ import httpx
 from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
 from ampfleet.sdk import downloads, models, profiles, recipes
-from ampfleet.sdk.base import ClientBase
+from ampfleet.sdk.base import LIMITS, ClientBase
 from ampfleet.sdk.flows import CodeSource, InputSource, SpecInput, States
 from ampfleet.sdk.protocol import (
     DOWNLOAD_CHUNK,
@@ -105,7 +105,9 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     """
 
     def _connect(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout, headers=self.headers)
+        return httpx.AsyncClient(
+            base_url=self.base_url, timeout=self.timeout, headers=self.headers, limits=LIMITS
+        )
 
     @cached_property
     def keys(self) -> AsyncKeys:

@@ -24,7 +24,7 @@ import httpx
 from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
 from ampfleet.sdk import downloads, models, profiles, recipes, sweeps
-from ampfleet.sdk.base import ClientBase
+from ampfleet.sdk.base import LIMITS, ClientBase
 from ampfleet.sdk.flows import CodeSource, InputSource, SpecInput, States
 from ampfleet.sdk.protocol import (
     DOWNLOAD_CHUNK,
@@ -88,7 +88,9 @@ class Client(ClientBase[httpx.Client]):
     """
 
     def _connect(self) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, timeout=self.timeout, headers=self.headers)
+        return httpx.Client(
+            base_url=self.base_url, timeout=self.timeout, headers=self.headers, limits=LIMITS
+        )
 
     @cached_property
     def keys(self) -> Keys:
