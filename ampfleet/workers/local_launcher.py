@@ -84,8 +84,16 @@ def warm_modules() -> list[str]:
 
     builds = [r.build_path.partition(":")[0] for r in installed_recipes().values()]
     stack = ["ampfleet.workers.training.entry", "ampfleet.workers.training.rank"]
-    # DDP's constructor imports torch._dynamo (about as long as torch itself).
-    return [*stack, "torch._dynamo", *builds]
+    # DDP's constructor imports torch._dynamo (about as long as torch itself); a cold rank
+    # imports DCP only to load or save a checkpoint (training/checkpoint.py), safetensors
+    # only to export.
+    lazy = [
+        "torch._dynamo",
+        "torch.distributed.checkpoint",
+        "torch.distributed.checkpoint.state_dict",
+        "safetensors.torch",  # the export, at a run's end
+    ]
+    return [*stack, *lazy, *builds]
 
 
 def warm_up() -> None:
