@@ -36,12 +36,11 @@ import subprocess
 import time
 from pathlib import Path
 
-import psutil
-
 from ampfleet.core.memory import MB
 from ampfleet.core.settings import Settings
 from ampfleet.workers.containment import Contained, UidPool
 from ampfleet.workers.gpus import device_nodes
+from ampfleet.workers.launch import children
 from ampfleet.workers.local_launcher import Launch
 from ampfleet.workers.sandbox_mounts import Bind, MountError, bind_into
 from ampfleet.workers.warm_pool import hand_over, launcher_command
@@ -103,11 +102,10 @@ class WarmSandbox:
     def launcher_pid(self) -> int | None:
         """The launcher's pid, once the sandbox is set up: the one process in it that runs
         as its uid (bubblewrap starts it only after every mount and namespace is made)."""
-        uid = self.contained.uid
         try:
-            inside = psutil.Process(self.process.pid).children(recursive=True)
-            found = [p.pid for p in inside if p.uids().real == uid]
-        except psutil.Error:
+            inside = _descendants(self.process.pid)
+            found = [pid for pid in inside if _real_uid(pid) == self.contained.uid]
+        except (OSError, ValueError):  # a process gone while it was looked at
             return None
         return found[0] if len(found) == 1 else None
 
@@ -201,3 +199,23 @@ class WarmSandboxes:
         idle, self._idle = self._idle, None
         if idle is not None:
             idle.discard()
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under `pid`, from /proc (its own subtree, not every process's), at
+    most a few dozen: before its attempt a sandbox holds bubblewrap's init and the launcher."""
+    found: list[int] = []
+    todo = [pid]
+    while todo and len(found) < 64:
+        below = children(todo.pop())
+        found += below
+        todo += below
+    return found
+
+
+def _real_uid(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    raise ValueError(f"no Uid in /proc/{pid}/status")
