@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import get_state_dict
 
 from ampfleet.core.accounting import AttemptClock
 from ampfleet.workers.heartbeat import Heartbeat, heartbeat_file
@@ -419,6 +418,9 @@ class Trainer:
         self.clock.saved(self.step)
 
     def _snapshot(self) -> None:
+        # DCP on the first save, not at the start: most of its import is its own.
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
         self._beat("checkpoint")
         model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
         meta = {
