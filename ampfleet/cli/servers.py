@@ -153,6 +153,7 @@ def api(
         port=port or settings.api_port,
         log_config=None,
         access_log=False,
+        timeout_keep_alive=settings.api_keepalive_s,
     )
 
 

@@ -48,6 +48,15 @@ class Settings(BaseSettings):
 
     api_host: str = "127.0.0.1"
     api_port: int = 8000
+    api_keepalive_s: int = Field(
+        75,
+        ge=1,
+        le=3600,
+        description="How long the API keeps an idle connection open. Longer than what "
+        "clients and load balancers keep one idle (httpx 5 s, most balancers 60 s): a server "
+        "that closes first races the client's next request on it, which then fails with "
+        "'Server disconnected without sending a response'.",
+    )
     max_body_bytes: int = Field(1 << 20, gt=0, description="Larger request bodies get 413.")
     # At most 200: pydantic refuses to serialise values nested past about 255 levels.
     max_json_depth: int = Field(
