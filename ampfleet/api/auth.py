@@ -17,7 +17,11 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from sqlalchemy import Select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import QueryableAttribute
+from starlette.concurrency import run_in_threadpool
 
+from ampfleet.api.console_login import sessions
+from ampfleet.api.console_login.sessions import SessionClaims
+from ampfleet.api.deps import Now
 from ampfleet.api.errors import (
     AmpfleetError,
     NotFoundError,
@@ -27,7 +31,7 @@ from ampfleet.api.key_cache import VerifiedKey, verified_keys
 from ampfleet.api.ratelimit import buckets_for
 from ampfleet.core.db import get_read_sessionmaker, session_scope, unit_of_work
 from ampfleet.core.keys import verify
-from ampfleet.core.models import ApiKey, utcnow
+from ampfleet.core.models import ApiKey
 from ampfleet.core.project_names import ProjectName
 from ampfleet.core.roles import Role
 from ampfleet.core.settings import get_settings
@@ -73,6 +77,8 @@ class Principal:
     key_id: str
     project: str
     role: Role
+    console_session: bool = False
+    """Presented a console session (console_login/sessions.py), not the key itself."""
 
     @property
     def is_admin(self) -> bool:
@@ -102,41 +108,58 @@ class Principal:
             raise ForbiddenError("this key is read-only")
 
 
-def current_principal(
+async def current_principal(
     request: Request,
     background: BackgroundTasks,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     header_key: Annotated[str | None, Security(api_key_header)],
+    now: Now,
 ) -> Principal:
+    """The caller, on the event loop when the key was verified a moment ago and this
+    process holds a lease of its rate (most requests: no thread, no I/O); what needs the
+    database or Redis goes to the thread pool."""
     presented = credentials.credentials if credentials else header_key
     if not presented:
         raise UnauthorizedError("an API key is required: Authorization: Bearer <key>")
     settings = get_settings()
-    key = verified_keys.get(presented) or _verified(presented)
+    # A session's end is checked on every request, remembered or not.
+    session = sessions.claims_of(presented, now) if sessions.is_session(presented) else None
+    key = verified_keys.get(presented) or await run_in_threadpool(_verified, presented, session)
     if key is None:
-        _limit_wrong_keys(request)
+        await run_in_threadpool(limit_wrong_credentials, request)
         raise UnauthorizedError("the API key is not valid or has been revoked")
     buckets = buckets_for(settings.effective_broker_url, settings.redis_key_prefix)
-    wait = buckets.take(key.id, settings.rate_limit_per_s, settings.rate_limit_burst)
+    rate, burst = settings.rate_limit_per_s, settings.rate_limit_burst
+    wait = buckets.take_without_io(key.id, rate, burst)
+    if wait is None:
+        wait = await run_in_threadpool(buckets.take, key.id, rate, burst)
     if wait:
         raise TooManyRequestsError(
             f"rate limit of {settings.rate_limit_per_s:g} requests/s for this key",
             retry_after_s=retry_after(wait),
         )
-    now = utcnow()
     if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
         background.add_task(_note_use_apart, key.id, now)  # at most once a minute per key
         verified_keys.noted_use(presented, now)
-    return Principal(key_id=key.id, project=key.project, role=Role(key.role))
+    return Principal(
+        key_id=key.id,
+        project=key.project,
+        role=Role(key.role),
+        console_session=session is not None,
+    )
 
 
-def _verified(presented: str) -> VerifiedKey | None:
-    """The key's row checked in the database, remembered for a moment if it verified."""
+def _verified(presented: str, console_session: SessionClaims | None) -> VerifiedKey | None:
+    """The key's row checked in the database (for a console session, the row of the key it
+    acts for), remembered for a moment if it verified."""
     settings = get_settings()
     # A key is only read: on SQLite a write session would take the one write lock.
     with unit_of_work(get_read_sessionmaker()) as session:
-        row = verify(session, presented, settings.secret_key)
-    if row is None:
+        if console_session is None:
+            row = verify(session, presented, settings.secret_key)
+        else:
+            row = session.get(ApiKey, console_session.key_id)
+    if row is None or row.revoked_at is not None:
         return None
     key = VerifiedKey(id=row.id, project=row.project, role=row.role, last_used_at=row.last_used_at)
     verified_keys.put(presented, key, settings.key_cache_ttl_s)
@@ -148,11 +171,11 @@ def retry_after(wait_s: float) -> int:
     return max(1, round(wait_s + 0.5))
 
 
-def _limit_wrong_keys(request: Request) -> None:
-    """Wrong keys draw on their client address's bucket (a key that does not exist has no
-    bucket of its own), so guessing, or a client stuck on a bad key, is held to the
-    configured rate and answered 429 past it. A request with no key guesses nothing and
-    costs no look-up: it is not counted."""
+def limit_wrong_credentials(request: Request) -> None:
+    """Wrong keys, and wrong console login tokens, draw on their client address's bucket (a
+    key that does not exist has no bucket of its own), so guessing, or a client stuck on a
+    bad key, is held to the configured rate and answered 429 past it. A request with no key
+    guesses nothing and costs no look-up: it is not counted."""
     settings = get_settings()
     address = request.client.host if request.client else "unknown"
     buckets = buckets_for(settings.effective_broker_url, settings.redis_key_prefix)
@@ -191,7 +214,9 @@ def _note_use_apart(key_id: str, now: datetime) -> None:
         log.info("last use of key %s not recorded: %s", key_id, exc.orig)
 
 
-def admin_principal(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+async def admin_principal(
+    principal: Annotated[Principal, Depends(current_principal)],
+) -> Principal:
     if not principal.is_admin:
         raise ForbiddenError("this needs an admin key")
     return principal
@@ -201,7 +226,7 @@ CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
 AdminPrincipal = Annotated[Principal, Depends(admin_principal)]
 
 
-def listing_scope(
+async def listing_scope(
     principal: CurrentPrincipal,
     project: Annotated[
         ProjectName | None,

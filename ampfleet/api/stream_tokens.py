@@ -14,10 +14,6 @@ string, so a token is never logged.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
 import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -25,6 +21,7 @@ from typing import Annotated, Any
 from fastapi import BackgroundTasks, Query, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from ampfleet.api.auth import (
     Principal,
@@ -33,10 +30,11 @@ from ampfleet.api.auth import (
     bearer,
     current_principal,
 )
+from ampfleet.api.deps import Now
+from ampfleet.api.signed_tokens import sign, verified_claims
 from ampfleet.core.db import get_read_sessionmaker, unit_of_work
 from ampfleet.core.models import ApiKey
 from ampfleet.core.roles import Role
-from ampfleet.core.settings import get_settings
 
 STREAM_TOKEN_TTL_S = 300
 PURPOSE = b"ampfleet-job-events-stream"
@@ -50,14 +48,13 @@ class StreamToken(BaseModel):
 def issue(subject_id: str, principal: Principal) -> StreamToken:
     """A token for the event stream of `subject_id`, a job or a sweep."""
     expires = int(time.time()) + STREAM_TOKEN_TTL_S
-    claims = f"{subject_id}|{principal.key_id}|{expires}"
-    token = f"{_encode(claims.encode())}.{_encode(_sign(claims))}"
+    token = sign(PURPOSE, f"{subject_id}|{principal.key_id}|{expires}")
     return StreamToken(token=token, expires_at=datetime.fromtimestamp(expires, UTC))
 
 
 def principal_for(token: str, subject_id: str) -> Principal:
     """The key behind a token issued for `subject_id`'s stream; 401 for anything else."""
-    claims = _verified_claims(token)
+    claims = verified_claims(PURPOSE, token)
     parts = claims.split("|") if claims else []
     valid = len(parts) == 3 and parts[0] == subject_id
     if not valid or not parts[2].isascii() or not parts[2].isdigit():
@@ -83,61 +80,41 @@ def _token_query(path: str) -> Any:
     )
 
 
-def stream_principal(
+async def stream_principal(
     job_id: str,
     request: Request,
     background: BackgroundTasks,
     credentials: Credentials,
     header_key: HeaderKey,
+    now: Now,
     token: Annotated[str | None, _token_query("/v1/jobs/{job_id}")] = None,
 ) -> Principal:
     """The caller of a job's event stream: by its key, or by a stream token for that job."""
-    return _caller(job_id, request, background, credentials, header_key, token)
+    return await _caller(job_id, request, background, credentials, header_key, now, token)
 
 
-def sweep_stream_principal(
+async def sweep_stream_principal(
     sweep_id: str,
     request: Request,
     background: BackgroundTasks,
     credentials: Credentials,
     header_key: HeaderKey,
+    now: Now,
     token: Annotated[str | None, _token_query("/v1/sweeps/{sweep_id}")] = None,
 ) -> Principal:
     """The caller of a sweep's event stream: by its key, or by a stream token for it."""
-    return _caller(sweep_id, request, background, credentials, header_key, token)
+    return await _caller(sweep_id, request, background, credentials, header_key, now, token)
 
 
-def _caller(
+async def _caller(
     subject_id: str,
     request: Request,
     background: BackgroundTasks,
     credentials: HTTPAuthorizationCredentials | None,
     header_key: str | None,
+    now: datetime,
     token: str | None,
 ) -> Principal:
     if token is not None and credentials is None and header_key is None:
-        return principal_for(token, subject_id)
-    return current_principal(request, background, credentials, header_key)
-
-
-def _sign(claims: str) -> bytes:
-    key = hmac.new(get_settings().secret_key.encode(), PURPOSE, hashlib.sha256).digest()
-    return hmac.new(key, claims.encode(), hashlib.sha256).digest()
-
-
-def _verified_claims(token: str) -> str | None:
-    encoded_claims, _, encoded_signature = token.partition(".")
-    try:
-        claims = _decode(encoded_claims).decode("ascii")
-        signature = _decode(encoded_signature)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        return None
-    return claims if hmac.compare_digest(signature, _sign(claims)) else None
-
-
-def _encode(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode(text: str) -> bytes:
-    return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+        return await run_in_threadpool(principal_for, token, subject_id)
+    return await current_principal(request, background, credentials, header_key, now)

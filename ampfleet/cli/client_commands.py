@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from ampfleet.cli import artifacts, code, jobs, keys, metrics, profile, recipes, sweeps
+from ampfleet.cli import artifacts, code, console, jobs, keys, metrics, profile, recipes, sweeps
 from ampfleet.cli.common import PANEL
 
 
@@ -13,5 +13,5 @@ def register(app: typer.Typer) -> None:
     jobs.register(app)
     metrics.register(app)
     app.add_typer(keys.keys_app, name="keys", rich_help_panel=PANEL)
-    for group in (artifacts, profile, recipes, code, sweeps):
+    for group in (artifacts, profile, recipes, code, sweeps, console):
         group.register(app)

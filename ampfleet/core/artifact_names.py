@@ -22,6 +22,9 @@ HF_PREFIX = "hf/"
 """A recipe's model in Hugging Face's formats (`hf/merged/`, `hf/adapter/`), beside the
 platform's own model.safetensors."""
 PROFILES_PREFIX = "profiles/"
+SAMPLES_PREFIX = "samples/"
+SAMPLE_KIND = "sample"
+"""The artifact kind of what a model generated at an evaluation (`samples/step-<step>.txt`)."""
 PROFILE_KIND = "profile"  # the artifact kind of a profile's traces and summary
 PROFILE_SUMMARY = "summary.json"
 # What a user means by "the model": the weights and the manifest that says how they came to be.
@@ -44,6 +47,11 @@ def checkpoint_name(step: int) -> str:
 def platform_made(files: list[str]) -> bool:
     """Whether a checkpoint archive's files (`ckpt-<step>/<name>`) are the platform's own."""
     return any(name.rsplit("/", 1)[-1] == CHECKPOINT_META for name in files)
+
+
+def samples_name(step: int) -> str:
+    """The text a model generated at the evaluation of step `step`."""
+    return f"{SAMPLES_PREFIX}step-{step:09d}.txt"
 
 
 def output_name(relative_path: str) -> str:

@@ -17,8 +17,8 @@ from ampfleet.core.fleet import NodeView, fits_fleet, job_request_of, matches, n
 from ampfleet.core.ids import new_id
 from ampfleet.core.lifecycle import Transition, record_transitions
 from ampfleet.core.memory import job_rank_memory, memory_refusal
-from ampfleet.core.models import Dataset, Job, Node, Project, utcnow
-from ampfleet.core.recipes import InputError, get_recipe
+from ampfleet.core.models import Job, Node, Project, utcnow
+from ampfleet.core.recipes import InputError, ListedInput, get_recipe
 from ampfleet.core.spec import JobSpec, describe_command
 from ampfleet.core.states import JobState
 
@@ -68,27 +68,35 @@ def recipe_of(spec: JobSpec) -> str:
     return spec.recipe or bundle_recipe(spec.code.bundle if spec.code else "")
 
 
-def check_listed_inputs(session: Session, spec: JobSpec, resolved: Mapping[str, Any]) -> None:
-    """A registered recipe's check of the resolved inputs by their stored file lists (a
-    shared folder's is None: only the nodes see it; a bundled recipe's checks run on the
-    node only), refused on `inputs.<name>`."""
+def check_listed_inputs(
+    spec: JobSpec, resolved: Mapping[str, Any], listed: Mapping[str, ListedInput]
+) -> None:
+    """A registered recipe's check of the resolved inputs by what the API knows of them
+    (api/jobs/inputs.py: their stored file lists, what their uploads read), refused on
+    `inputs.<name>`; a bundled recipe's checks run on the node only."""
     if spec.recipe is None:
         return
     recipe = get_recipe(spec.recipe)
     hyperparameters = recipe.hyperparameters.model_validate(resolved["hyperparameters"])
-    inputs: Mapping[str, Mapping[str, Any]] = resolved.get("inputs") or {}
-    listed = {name: _listed_files(session, item) for name, item in inputs.items()}
     try:
         recipe.check_listed_inputs(hyperparameters, listed)
     except InputError as exc:
         raise AdmissionRefusedError(exc.message, field=f"inputs.{exc.name}") from None
 
 
-def _listed_files(session: Session, item: Mapping[str, Any]) -> list[str] | None:
-    row = session.get(Dataset, item["dataset"]) if "dataset" in item else None
-    if row is None:
-        return None
-    return [str(entry["path"]) for entry in row.files or [] if entry.get("kind") == "file"]
+def listed_to_json(listed: Mapping[str, ListedInput]) -> dict[str, Any]:
+    """As a sweep keeps them, read once at its submit for every trial's check."""
+    return {
+        name: {
+            "files": None if item.files is None else list(item.files),
+            "summary": None if item.summary is None else dict(item.summary),
+        }
+        for name, item in listed.items()
+    }
+
+
+def listed_from_json(raw: Mapping[str, Any]) -> dict[str, ListedInput]:
+    return {name: ListedInput(item["files"], item["summary"]) for name, item in raw.items()}
 
 
 def node_shapes(session: Session) -> list[NodeView]:

@@ -16,7 +16,8 @@ from ampfleet.core.models import ApiKey, utcnow
 from ampfleet.core.roles import Role
 
 
-def _hash(secret: str, pepper: str) -> str:
+def keyed_hash(secret: str, pepper: str) -> str:
+    """HMAC-SHA256 under the server secret: what is stored of a key, or of a login token."""
     return hmac.new(pepper.encode(), secret.encode(), hashlib.sha256).hexdigest()
 
 
@@ -29,7 +30,7 @@ def create_key(
     row = ApiKey(
         id=new_id("key"),
         prefix=prefix,
-        secret_hash=_hash(secret, pepper),
+        secret_hash=keyed_hash(secret, pepper),
         project=project,
         role=role.value,
         name=name,
@@ -46,8 +47,8 @@ def verify(session: Session, presented: str, pepper: str) -> ApiKey | None:
     parts = presented.split("_", 2)
     prefix, secret = (parts[1], parts[2]) if len(parts) == 3 and parts[0] == "amp" else ("", "")
     row = session.scalars(select(ApiKey).where(ApiKey.prefix == prefix)).one_or_none()
-    expected = row.secret_hash if row is not None else _hash("-", pepper)
-    if not hmac.compare_digest(expected, _hash(secret, pepper)):
+    expected = row.secret_hash if row is not None else keyed_hash("-", pepper)
+    if not hmac.compare_digest(expected, keyed_hash(secret, pepper)):
         return None
     if row is None or row.revoked_at is not None:
         return None

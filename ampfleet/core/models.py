@@ -161,6 +161,21 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column()
 
 
+class ConsoleLoginToken(Base):
+    """A one-time login token for the console (`ampfleet ui`): only its keyed hash is kept.
+    It opens one console session, for the key that asked for it, before `expires_at`; the
+    row stays a while after, so a late or second use is told apart from a wrong token."""
+
+    __tablename__ = "console_login_tokens"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+    used_at: Mapped[datetime | None] = mapped_column(comment="null: not exchanged yet")
+
+
 class JobEvent(Base):
     """Every state transition (and notable happening) of a job, in order."""
 
@@ -349,7 +364,9 @@ class Artifact(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     project: Mapped[str] = mapped_column(String(PROJECT_NAME_MAX_LENGTH))
-    kind: Mapped[str] = mapped_column(String(16), comment="checkpoint | model | output | profile")
+    kind: Mapped[str] = mapped_column(
+        String(16), comment="checkpoint | model | output | profile | sample"
+    )
     name: Mapped[str] = mapped_column(String(255), comment="unique per job")
     step: Mapped[int | None] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer)
@@ -436,6 +453,9 @@ class Dataset(Base):
     file_count: Mapped[int] = mapped_column(Integer)
     unpacked_size: Mapped[int] = mapped_column(BigInteger)
     files: Mapped[list[Any]] = mapped_column(JSON, comment="[{path, size, kind}], as unpacked")
+    summary: Mapped[dict[str, Any] | None] = mapped_column(
+        comment="what its upload read of it (core/dataset_summary.py); null: nothing"
+    )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

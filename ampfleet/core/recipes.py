@@ -40,7 +40,19 @@ class InputError(ValueError):
         self.message = message
 
 
-def _any_inputs_listed(_hyperparameters: Any, _listed: Mapping[str, Sequence[str] | None]) -> None:
+@dataclass(frozen=True)
+class ListedInput:
+    """One of a job's inputs as the API knows it at submit, without reading it."""
+
+    files: Sequence[str] | None
+    """The paths of the files an uploaded dataset (or an earlier job's model) holds, as
+    stored at upload; None for a shared folder, which only the nodes see."""
+    summary: Mapping[str, Any] | None = None
+    """What its upload read of it (core/dataset_summary.py: a model folder's config, a data
+    file's record shapes); None where nothing was read."""
+
+
+def _any_inputs_listed(_hyperparameters: Any, _listed: Mapping[str, ListedInput]) -> None:
     return None
 
 
@@ -66,12 +78,10 @@ class RecipeDefinition:
     """The metrics the recipe reports that are objectives, and which way is better: they
     get a "best" in the metrics summary. Names it leaves out follow core/metric_goals.py's
     name rule (`loss`, `val_accuracy`, ...)."""
-    check_listed_inputs: Callable[[Any, Mapping[str, Sequence[str] | None]], None] = (
-        _any_inputs_listed
-    )
-    """At submit, in the API: the spec's inputs by name, each as the paths of an uploaded
-    dataset's files as stored at upload (None for a shared folder, which only nodes see).
-    Raises `InputError` for what is missing or cannot be right; reads nothing else."""
+    check_listed_inputs: Callable[[Any, Mapping[str, ListedInput]], None] = _any_inputs_listed
+    """At submit, in the API: the spec's inputs by name, each as its stored file list and
+    the summary its upload read (`ListedInput`). Raises `InputError` for what is missing or
+    cannot be right; reads nothing else."""
     check_inputs: Callable[[Any, Mapping[str, Path]], None] = _any_inputs
     """On every rank before torch is imported and before the ranks meet: the inputs as the
     node fetched them (what `RecipeContext.inputs` will hold). Raises `InputError`; it may

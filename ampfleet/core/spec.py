@@ -29,10 +29,12 @@ SafeName = Annotated[
 LabelValue = Annotated[str, StringConstraints(max_length=256)]
 _DATASET_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 DatasetName = Annotated[str, StringConstraints(pattern=rf"^{_DATASET_NAME}$")]
+_JOB_MODEL = id_pattern("job").removeprefix("^").removesuffix("$")
 InputRef = Annotated[
     str,
     StringConstraints(
-        max_length=1024, pattern=rf"^(file:///[^\x00]+|{_DATASET_NAME}(@[1-9][0-9]{{0,8}})?)$"
+        max_length=1024,
+        pattern=rf"^(file:///[^\x00]+|job:{_JOB_MODEL}|{_DATASET_NAME}(@[1-9][0-9]{{0,8}})?)$",
     ),
 ]
 MAX_INPUTS = 16
@@ -119,7 +121,13 @@ class Stop(_Strict):
     when `max_runtime_s` is up: the job trains until then and finishes like any other
     (final evaluation, checkpoint, model), SUCCEEDED."""
 
-    max_steps: int | None = Field(None, ge=1, le=10_000_000, description="Optimizer steps.")
+    max_steps: int | None = Field(
+        None,
+        ge=0,
+        le=10_000_000,
+        description="Optimizer steps. 0, with `init_from`: no training, the checkpoint "
+        "evaluated and exported as a model (a checkpoint of a step exported).",
+    )
     epochs: int | None = Field(None, ge=1, le=100_000, description="Passes over the train set.")
     max_runtime_s: int | None = Field(
         None,
@@ -177,6 +185,14 @@ class Monitoring(_Strict):
         le=1000,
         description="... on this many reported steps in a row is a straggler (an event); "
         "it keeps pace again (another) at most halfway back to the others' pace as long.",
+    )
+    straggler_sustained_s: float = Field(
+        60.0,
+        ge=0,
+        le=7 * 24 * 3600,
+        description="... and those reported steps span at least this many seconds: ranks "
+        "that share a busy machine take turns being slow for seconds at a time, which is "
+        "noise; a slower device or node stays slower for minutes.",
     )
 
 
@@ -374,8 +390,9 @@ class JobSpec(_Strict):
         max_length=MAX_INPUTS,
         description="Read-only inputs of every rank, by the name the recipe reads them under "
         "(`ctx.inputs[name]`): `dataset@version` (or `dataset`, its newest version when "
-        "submitted) from POST /v1/datasets, or `file:///...` under a folder the operator "
-        "allows (AMPFLEET_DATA_ROOTS).",
+        "submitted) from POST /v1/datasets, `file:///...` under a folder the operator "
+        "allows (AMPFLEET_DATA_ROOTS), or `job:job_...`, the Hugging Face model (`hf/merged/`) "
+        "a SUCCEEDED job of the project exported (fine-tuning a fine-tune).",
     )
     resources: Resources = Field(default_factory=Resources)
     precision: Precision = Precision.AUTO
@@ -418,7 +435,13 @@ class JobSpec(_Strict):
         total (it reads AMPFLEET_MAX_STEPS; the rank-side API reports progress against it
         and stops there), its passes over its data are its own."""
         code = info.data.get("code")  # `code` comes first; absent when it was wrong
-        if code is None or not code.is_script:
+        script = code is not None and code.is_script
+        if stop.max_steps == 0 and (script or info.data.get("init_from") is None):
+            raise ValueError(
+                "max_steps 0 trains nothing: it evaluates and exports the checkpoint that "
+                "`init_from` names, in a recipe's loop; give init_from, or 1 or more steps"
+            )
+        if not script:
             if not stop.has_end:
                 raise ValueError(
                     "give max_steps, epochs or max_runtime_s (alone, it trains until the "

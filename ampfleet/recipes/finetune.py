@@ -12,23 +12,27 @@ for a bundled recipe.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from ampfleet.core.recipes import InputError, RecipeDefinition
+from ampfleet.core.recipes import InputError, ListedInput, RecipeDefinition
 from ampfleet.recipes.finetune_inputs import (
     CAUSAL_LM,
     MODEL,
     TRAIN,
     VALIDATION,
     check_data_file,
+    check_model_config,
     check_model_folder,
     check_model_listing,
+    check_records_summary,
     check_single_file,
     completion_pairs,
+    installed_model_types,
+    pair_problem,
 )
 
 JSONL = (".jsonl",)
@@ -72,35 +76,43 @@ class CausalLMHyperparameters(FineTuneHyperparameters):
     completion_only_loss: bool = Field(
         True, description="Loss on the completion's tokens only, not the prompt's."
     )
-    sample_prompts: list[str] = Field(
+    sample_prompts: list[Annotated[str, StringConstraints(min_length=1, max_length=4000)]] = Field(
         default_factory=list,
         max_length=8,
-        description="Completed greedily by the trained model into outputs/samples.txt; "
+        description="Completed greedily by the model at each evaluation (the job's "
+        "samples/step-<step>.txt) and by the merged model into outputs/samples.txt; "
         "none: the first three validation prompts.",
     )
     sample_max_new_tokens: int = Field(32, ge=1, le=512)
 
 
 def check_listed_as(
-    listed: Mapping[str, Sequence[str] | None], data_suffixes: tuple[str, ...]
+    listed: Mapping[str, ListedInput], data_suffixes: tuple[str, ...], mapping: str
 ) -> None:
-    """What every fine-tuning recipe asks of its inputs' file lists: a model folder and
-    one training file (and maybe one validation file) of a format it reads."""
+    """What every fine-tuning recipe asks of its inputs at submit: a model folder (whose
+    config, where its upload read it, names an architecture transformers' `mapping` loads)
+    and one training file (and maybe one validation file) of a format it reads."""
     for name in (MODEL, TRAIN):
         if name not in listed:
             raise InputError(name, "required (inputs: {model: ..., train: ...})")
-    check_model_listing(listed[MODEL])
+    model = listed[MODEL]
+    check_model_listing(model.files)
+    if config := (model.summary or {}).get("model"):
+        check_model_config(config, mapping, installed_model_types)
     for name in (TRAIN, VALIDATION):
         if name in listed:
-            check_single_file(name, listed[name], data_suffixes)
+            check_single_file(name, listed[name].files, data_suffixes)
 
 
-def check_listed(_hp: CausalLMHyperparameters, listed: Mapping[str, Sequence[str] | None]) -> None:
-    check_listed_as(listed, JSONL)
+def check_listed(_hp: CausalLMHyperparameters, listed: Mapping[str, ListedInput]) -> None:
+    check_listed_as(listed, JSONL, CAUSAL_LM)
+    for name in (TRAIN, VALIDATION):
+        if name in listed:
+            check_records_summary(name, listed[name], pair_problem)
 
 
 def check_on_node(hp: CausalLMHyperparameters, inputs: Mapping[str, Path]) -> None:
-    check_listed(hp, dict.fromkeys(inputs))
+    check_listed(hp, {name: ListedInput(None) for name in inputs})
     check_model_folder(inputs[MODEL], CAUSAL_LM)
     for name in (TRAIN, VALIDATION):
         if name in inputs:

@@ -13,11 +13,12 @@ exported config's id2label / label2id.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from ampfleet.core.recipes import InputError, RecipeDefinition
+from ampfleet.core.dataset_summary import Fields, csv_fields, csv_rows, json_fields
+from ampfleet.core.recipes import InputError, ListedInput, RecipeDefinition
 from ampfleet.recipes.finetune import FineTuneHyperparameters, check_listed_as
 from ampfleet.recipes.finetune_inputs import (
     MODEL,
@@ -26,7 +27,9 @@ from ampfleet.recipes.finetune_inputs import (
     VALIDATION,
     check_data_file,
     check_model_folder,
+    check_records_summary,
     jsonl_records,
+    missing_column,
 )
 
 TABLES = (".csv", ".jsonl")
@@ -39,41 +42,39 @@ class ClassifierHyperparameters(FineTuneHyperparameters):
     """finetune-lm's, less what only generation needs."""
 
 
-def _rows(path: Path, name: str) -> Iterator[tuple[int, object, object]]:
-    """(line number, text, label) of each row, as the file holds them."""
+def labelled_problem(fields: Fields) -> str | None:
+    """What a row of this shape lacks, or None: a `text` string (a CSV cell may be empty)
+    and a `label` string or integer (not an empty cell)."""
+    for field, right in ((TEXT, ("string", "empty")), (LABEL, ("string", "integer"))):
+        kind = fields.get(field)
+        if kind not in right:
+            problem = "no" if kind in (None, "empty") else "a wrong-typed"
+            return f'{problem} "{field}" field ({FORMAT})'
+    return None
+
+
+def _rows(path: Path, name: str) -> Iterator[tuple[int, Fields, Mapping[Any, Any]]]:
+    """(line number, shape, row) of each row, as the file holds them."""
     if path.name.lower().endswith(".csv"):
         with path.open(encoding="utf-8", newline="") as file:
-            reader = csv.DictReader(file)
-            header = reader.fieldnames or []
-            for field in (TEXT, LABEL):
-                if field not in header:
-                    raise InputError(
-                        name,
-                        f'{path.name}: no "{field}" column (the header row names text '
-                        f"and label; it has {', '.join(header) or 'nothing'})",
-                    )
-            for row in reader:
-                label = row[LABEL]
-                yield reader.line_num, row[TEXT], label if label else None
+            header, rows = csv_rows(file)
+            if missing := missing_column((TEXT, LABEL), header):
+                raise InputError(name, f"{path.name}: {missing}")
+            for number, row in rows:
+                yield number, csv_fields(row), row
         return
     for number, record in jsonl_records(path, name):
-        yield number, record.get(TEXT), record.get(LABEL)
+        yield number, json_fields(record), record
 
 
 def labelled_examples(path: Path, name: str) -> list[tuple[str, str]]:
     """Each row as (text, label as a string); every row is checked."""
     examples: list[tuple[str, str]] = []
-    for number, text, label in _rows(path, name):
-        for field, value, right in (
-            (TEXT, text, isinstance(text, str)),
-            (LABEL, label, isinstance(label, str | int) and not isinstance(label, bool)),
-        ):
-            if not right:
-                problem = "no" if value is None else "a wrong-typed"
-                raise InputError(
-                    name, f'{path.name} line {number}: {problem} "{field}" field ({FORMAT})'
-                )
-        examples.append((str(text), str(label)))
+    for number, fields, row in _rows(path, name):
+        problem = labelled_problem(fields)
+        if problem is not None:
+            raise InputError(name, f"{path.name} line {number}: {problem}")
+        examples.append((str(row[TEXT]), str(row[LABEL])))
     if not examples:
         raise InputError(name, f"{path.name} holds no examples")
     return examples
@@ -107,14 +108,15 @@ def check_known_labels(
         )
 
 
-def check_listed(
-    _hp: ClassifierHyperparameters, listed: Mapping[str, Sequence[str] | None]
-) -> None:
-    check_listed_as(listed, TABLES)
+def check_listed(_hp: ClassifierHyperparameters, listed: Mapping[str, ListedInput]) -> None:
+    check_listed_as(listed, TABLES, SEQUENCE_CLASSIFICATION)
+    for name in (TRAIN, VALIDATION):
+        if name in listed:
+            check_records_summary(name, listed[name], labelled_problem, (TEXT, LABEL))
 
 
 def check_on_node(_hp: ClassifierHyperparameters, inputs: Mapping[str, Path]) -> None:
-    check_listed(_hp, dict.fromkeys(inputs))
+    check_listed(_hp, {name: ListedInput(None) for name in inputs})
     check_model_folder(inputs[MODEL], SEQUENCE_CLASSIFICATION)
     for name in (TRAIN, VALIDATION):
         if name in inputs:

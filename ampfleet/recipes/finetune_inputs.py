@@ -2,9 +2,12 @@
 
 The base model is an input like any other (an uploaded dataset holding a Hugging Face model
 folder, or a shared folder): nothing is fetched from a hub. The API checks what it can from
-a dataset's stored file list (a config, safetensors weights, a tokenizer); each rank checks
-the folder's config and the data files themselves before torch is imported and before the
-ranks meet, so a wrong input fails the job in seconds with the file and the field at fault.
+a dataset's stored file list (a config, safetensors weights, a tokenizer) and from what was
+read of it at upload (core/dataset_summary.py: the config's architecture, the data's
+fields), so these are 422s naming the file and the field; each rank checks the folder's
+config and the data files themselves again before torch is imported and before the ranks
+meet (a shared folder, a dataset uploaded before summaries, the part of a very large file
+the upload did not read), so a wrong input fails the job in seconds, in the same words.
 
 Which architectures a recipe trains is transformers' own answer: the model types of its
 auto mapping for the task (`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`, ...). Importing that module
@@ -18,16 +21,17 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import json
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ampfleet.core.recipes import InputError
+from ampfleet.core import dataset_summary
+from ampfleet.core.dataset_summary import CONFIG, Fields, RecordError
+from ampfleet.core.recipes import InputError, ListedInput
 
 MODEL, TRAIN, VALIDATION = "model", "train", "validation"
-CONFIG = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 PICKLED_WEIGHTS = ("pytorch_model.bin", "tf_model.h5", "flax_model.msgpack")
 
@@ -57,14 +61,33 @@ AUTO_CLASSES = {
 MAPPING_MODULE = ("models", "auto", "modeling_auto.py")
 
 
-@lru_cache
 def supported_model_types(mapping: str) -> frozenset[str]:
     """The `model_type`s transformers' mapping `mapping` names, read without importing
     transformers or torch."""
-    spec = importlib.util.find_spec("transformers")  # finds the package, imports nothing
-    if spec is None or spec.origin is None:
+    found = installed_model_types(mapping)
+    if found is None:
         raise RuntimeError("transformers is not installed (the worker extra installs it)")
-    source = Path(spec.origin).parent.joinpath(*MAPPING_MODULE).read_text(encoding="utf-8")
+    return found
+
+
+def installed_model_types(mapping: str) -> frozenset[str] | None:
+    """`supported_model_types` where transformers is installed; None where it is not (an
+    API host without the worker extra: the nodes check the architecture)."""
+    package = transformers_folder()
+    return None if package is None else model_types_in(package, mapping)
+
+
+def transformers_folder() -> Path | None:
+    """The installed transformers package's folder, found without importing it."""
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).parent
+
+
+@lru_cache
+def model_types_in(package: Path, mapping: str) -> frozenset[str]:
+    source = package.joinpath(*MAPPING_MODULE).read_text(encoding="utf-8")
     for node in ast.parse(source).body:
         if (
             isinstance(node, ast.Assign)
@@ -105,36 +128,42 @@ def check_model_listing(files: Sequence[str] | None) -> None:
         )
 
 
-def check_model_folder(folder: Path, mapping: str) -> dict[str, Any]:
+def check_model_folder(folder: Path, mapping: str) -> None:
     """The folder on the node: the listing's rules, then its config's architecture, one
-    that transformers' `mapping` (`CAUSAL_LM`, `SEQUENCE_CLASSIFICATION`) loads. Returns the
-    config."""
+    that transformers' `mapping` (`CAUSAL_LM`, `SEQUENCE_CLASSIFICATION`) loads."""
     if not folder.is_dir():
         raise InputError(MODEL, f"{folder.name} is a single file, not a model folder")
     check_model_listing([p.name for p in folder.iterdir()])
     try:
-        config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError(MODEL, f"{CONFIG} does not read as JSON ({exc})") from None
-    if not isinstance(config, dict):
-        raise InputError(MODEL, f"{CONFIG} is not a JSON object")
-    architectures = config.get("architectures")
-    if architectures is not None and not (
-        isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)
-    ):
-        raise InputError(MODEL, f"{CONFIG}: architectures is not a list of class names")
+        raw = (folder / CONFIG).read_bytes()
+    except OSError as exc:
+        raise InputError(MODEL, f"{CONFIG} cannot be read ({exc})") from None
+    check_model_config(dataset_summary.config_summary(raw), mapping, supported_model_types)
+
+
+def check_model_config(
+    config: Mapping[str, Any],
+    mapping: str,
+    supported: Callable[[str], frozenset[str] | None],
+) -> None:
+    """A config's summary (dataset_summary.config_summary): it reads, and its model_type is
+    one `supported(mapping)` names (None: nothing known here to check it against)."""
+    if config.get("problem"):
+        raise InputError(MODEL, str(config["problem"]))
+    types = supported(mapping)
+    if types is None:
+        return
     model_type = config.get("model_type")
-    supported = supported_model_types(mapping)
-    if model_type not in supported:
+    if model_type not in types:
+        architectures = config.get("architectures")
         named = f" (architectures {', '.join(architectures)})" if architectures else ""
-        common = ", ".join(sorted(supported.intersection(LORA_TARGETS)))
+        common = ", ".join(sorted(types.intersection(LORA_TARGETS)))
         raise InputError(
             MODEL,
             f"{CONFIG}: model_type {model_type!r}{named} is not one transformers' "
-            f"{AUTO_CLASSES[mapping]} loads, as this recipe needs ({len(supported)} types "
+            f"{AUTO_CLASSES[mapping]} loads, as this recipe needs ({len(types)} types "
             f"do, such as {common})",
         )
-    return dict(config)
 
 
 def check_single_file(name: str, files: Sequence[str] | None, suffixes: tuple[str, ...]) -> None:
@@ -160,16 +189,40 @@ def jsonl_records(path: Path, name: str) -> Iterator[tuple[int, dict[str, Any]]]
     """(line number, object) of each non-empty line; a line that is not a JSON object is
     an `InputError` naming it."""
     with path.open(encoding="utf-8") as file:
-        for number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                raise InputError(name, f"{path.name} line {number}: not JSON ({exc})") from None
-            if not isinstance(record, dict):
-                raise InputError(name, f"{path.name} line {number}: not a JSON object")
-            yield number, record
+        try:
+            yield from dataset_summary.jsonl_records(file)
+        except RecordError as exc:
+            raise InputError(name, f"{path.name} {exc}") from None
+
+
+def missing_column(needed: Sequence[str], header: Sequence[str]) -> str | None:
+    """What a CSV file whose header row is `header` lacks of the columns `needed`."""
+    for column in needed:
+        if column not in header:
+            return (
+                f'no "{column}" column (the header row names {" and ".join(needed)}; it '
+                f"has {', '.join(header) or 'nothing'})"
+            )
+    return None
+
+
+PAIR_FORMAT = 'each line is {"prompt": ..., "completion": ...} or {"text": ...}'
+
+
+def text_only(fields: Mapping[str, object]) -> bool:
+    """A record that is all completion: `{"text"}`, no prompt."""
+    return "text" in fields and "prompt" not in fields
+
+
+def pair_problem(fields: Fields) -> str | None:
+    """What a finetune-lm record of this shape lacks, or None: `{"text"}` (a string) where
+    it has no prompt, else `{"prompt", "completion"}` (strings)."""
+    needed = ("text",) if text_only(fields) else ("prompt", "completion")
+    for field in needed:
+        if fields.get(field) != "string":
+            problem = "no" if field not in fields else "a non-string"
+            return f'{problem} "{field}" field ({PAIR_FORMAT})'
+    return None
 
 
 def completion_pairs(path: Path, name: str) -> list[tuple[str, str]]:
@@ -177,22 +230,43 @@ def completion_pairs(path: Path, name: str) -> list[tuple[str, str]]:
     of it the completion, an empty prompt). Every line is checked."""
     pairs: list[tuple[str, str]] = []
     for number, record in jsonl_records(path, name):
-        if "text" in record and "prompt" not in record:
-            fields: tuple[str, ...] = ("text",)
-        else:
-            fields = ("prompt", "completion")
-        for field in fields:
-            if not isinstance(record.get(field), str):
-                problem = "no" if field not in record else "a non-string"
-                raise InputError(
-                    name,
-                    f'{path.name} line {number}: {problem} "{field}" field (each line is '
-                    '{"prompt": ..., "completion": ...} or {"text": ...})',
-                )
-        if fields == ("text",):
+        problem = pair_problem(dataset_summary.json_fields(record))
+        if problem is not None:
+            raise InputError(name, f"{path.name} line {number}: {problem}")
+        if text_only(record):
             pairs.append(("", record["text"]))
         else:
             pairs.append((record["prompt"], record["completion"]))
     if not pairs:
         raise InputError(name, f"{path.name} holds no examples")
     return pairs
+
+
+def check_records_summary(
+    name: str,
+    listed: ListedInput,
+    problem_of: Callable[[Fields], str | None],
+    header: Sequence[str] = (),
+) -> None:
+    """A data input by what its upload read of it (dataset_summary.records_summary): the
+    first line that is no record or whose shape `problem_of` refuses, a CSV header without
+    a column in `header`, or no record at all, in the words the node would say them."""
+    summary = (listed.summary or {}).get("records")
+    if not summary:
+        return  # nothing read at upload: the node reads the file
+    file = summary["file"]
+    if summary["kind"] == "csv" and (missing := missing_column(header, summary["header"])):
+        raise InputError(name, f"{file}: {missing}")
+    found: list[tuple[float, str]] = [
+        (shape["line"], problem)
+        for shape in summary["shapes"]
+        if (problem := problem_of(shape["fields"])) is not None
+    ]
+    if summary["problem"] is not None:  # where reading stopped: after every shape it saw
+        found.append((summary["problem"]["line"] or math.inf, summary["problem"]["message"]))
+    if found:
+        line, problem = min(found, key=lambda pair: pair[0])
+        where = file if math.isinf(line) else f"{file} line {line}"
+        raise InputError(name, f"{where}: {problem}")
+    if summary["records"] == 0 and summary["complete"]:
+        raise InputError(name, f"{file} holds no examples")

@@ -226,7 +226,9 @@ def _trial_job(session: Session, sweep: Sweep, spec: SweepSpec, trial: SweepTria
         resolved[key] = sweep.base_resolved.get(key)
     if job_spec.code is not None:
         resolved["code"]["sha256"] = _bundle(session, sweep.project, job_spec.code).sha256
-    job_creation.check_listed_inputs(session, job_spec, resolved)
+    listed = sweep.base_resolved.get("listed_inputs")
+    if listed is not None:  # read at the sweep's submit
+        job_creation.check_listed_inputs(job_spec, resolved, job_creation.listed_from_json(listed))
     job_creation.admit(session, job_spec, resolved)
     return job_creation.new_job(
         job_spec,

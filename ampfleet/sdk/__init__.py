@@ -24,6 +24,7 @@ from ampfleet.sdk.errors import (
 from ampfleet.sdk.models import (
     Artifact,
     Checkpoint,
+    ConsoleLogin,
     CreatedKey,
     EndFrame,
     Event,
@@ -55,6 +56,7 @@ __all__ = [
     "ClientError",
     "Conflict",
     "ConnectionFailed",
+    "ConsoleLogin",
     "CreatedKey",
     "DownloadCorrupted",
     "EndFrame",

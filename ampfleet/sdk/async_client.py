@@ -25,7 +25,7 @@ import httpx
 from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
 from ampfleet.sdk import downloads, models, profiles, recipes, sweeps
-from ampfleet.sdk.base import ClientBase
+from ampfleet.sdk.base import LIMITS, ClientBase
 from ampfleet.sdk.flows import CodeSource, InputSource, SpecInput, States
 from ampfleet.sdk.protocol import (
     DOWNLOAD_CHUNK,
@@ -105,7 +105,9 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     """
 
     def _connect(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout, headers=self.headers)
+        return httpx.AsyncClient(
+            base_url=self.base_url, timeout=self.timeout, headers=self.headers, limits=LIMITS
+        )
 
     @cached_property
     def keys(self) -> AsyncKeys:
@@ -270,6 +272,9 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     async def nodes(self) -> list[models.Node]:
         return await self._run(self._ops.nodes())
 
+    async def console_login(self) -> models.ConsoleLogin:
+        return await self._run(self._ops.console_login(self.base_url))
+
     # -- what a job produced ------------------------------------------------------------------
 
     async def artifacts(self, job_id: str) -> list[models.Artifact]:
@@ -277,6 +282,14 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
 
     async def checkpoints(self, job_id: str) -> list[models.Checkpoint]:
         return await self._run(downloads.list_checkpoints(self._ops, job_id))
+
+    async def samples(self, job_id: str, limit: int = 20) -> list[models.Sample]:
+        return await self._run(downloads.list_samples(self._ops, job_id, limit))
+
+    async def export_checkpoint(
+        self, job_id: str, step: int, dtype: str | None = None
+    ) -> models.Job:
+        return await self._run(self._ops.export_checkpoint(job_id, step, dtype))
 
     async def download(
         self,

@@ -24,7 +24,7 @@ import httpx
 from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
 from ampfleet.sdk import downloads, models, profiles, recipes, sweeps
-from ampfleet.sdk.base import ClientBase
+from ampfleet.sdk.base import LIMITS, ClientBase
 from ampfleet.sdk.flows import CodeSource, InputSource, SpecInput, States
 from ampfleet.sdk.protocol import (
     DOWNLOAD_CHUNK,
@@ -88,7 +88,9 @@ class Client(ClientBase[httpx.Client]):
     """
 
     def _connect(self) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, timeout=self.timeout, headers=self.headers)
+        return httpx.Client(
+            base_url=self.base_url, timeout=self.timeout, headers=self.headers, limits=LIMITS
+        )
 
     @cached_property
     def keys(self) -> Keys:
@@ -293,6 +295,11 @@ class Client(ClientBase[httpx.Client]):
         """Worker nodes with their slots and liveness."""
         return self._run(self._ops.nodes())
 
+    def console_login(self) -> models.ConsoleLogin:
+        """A one-time link that opens the web console logged in as this client's key, for
+        a minute (`ampfleet ui`): the key itself never goes into the link."""
+        return self._run(self._ops.console_login(self.base_url))
+
     # -- what a job produced ------------------------------------------------------------------
 
     def artifacts(self, job_id: str) -> list[models.Artifact]:
@@ -302,6 +309,18 @@ class Client(ClientBase[httpx.Client]):
     def checkpoints(self, job_id: str) -> list[models.Checkpoint]:
         """The job's stored checkpoints by step, each with the setup it was made under."""
         return self._run(downloads.list_checkpoints(self._ops, job_id))
+
+    def samples(self, job_id: str, limit: int = 20) -> list[models.Sample]:
+        """What the model generated at the job's latest `limit` evaluations, by step (a
+        causal LM's fine-tune completes its sample prompts at each evaluation)."""
+        return self._run(downloads.list_samples(self._ops, job_id, limit))
+
+    def export_checkpoint(self, job_id: str, step: int, dtype: str | None = None) -> models.Job:
+        """Queues a job that exports the job's stored checkpoint of `step` as a model (0
+        steps from its weights: evaluated, then exported as a finished run is; a fine-tune's
+        `hf/merged/`); `dtype` ("fp32", "bf16"): the model's, else the job's export.dtype.
+        `wait` for it, then `download` from it."""
+        return self._run(self._ops.export_checkpoint(job_id, step, dtype))
 
     def download(
         self,

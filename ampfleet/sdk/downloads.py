@@ -32,7 +32,7 @@ from ampfleet.sdk.errors import (
     ValidationFailed,
 )
 from ampfleet.sdk.flows import Operations
-from ampfleet.sdk.models import Artifact, Checkpoint
+from ampfleet.sdk.models import Artifact, Checkpoint, Sample
 from ampfleet.sdk.protocol import DOWNLOAD_CHUNK, READ_CHUNK, Flow, Request, Sleep
 
 PART_SUFFIX = ".part"
@@ -42,6 +42,7 @@ ProgressCallback = Callable[[str, int, int], None]
 """Called as bytes arrive with (name, bytes so far, total bytes) of the file being fetched."""
 _artifacts = TypeAdapter(list[Artifact])
 _checkpoints = TypeAdapter(list[Checkpoint])
+_samples = TypeAdapter(list[Sample])
 
 
 def _job_path(job_id: str, suffix: str) -> str:
@@ -56,6 +57,12 @@ def list_artifacts(ops: Operations, job_id: str) -> Flow[list[Artifact]]:
 def list_checkpoints(ops: Operations, job_id: str) -> Flow[list[Checkpoint]]:
     response = yield from ops.send(Request("GET", _job_path(job_id, "/checkpoints")))
     return _checkpoints.validate_python(response.json()["items"])
+
+
+def list_samples(ops: Operations, job_id: str, limit: int) -> Flow[list[Sample]]:
+    params = (("limit", str(limit)),)
+    response = yield from ops.send(Request("GET", _job_path(job_id, "/samples"), params=params))
+    return _samples.validate_python(response.json()["items"])
 
 
 def download(

@@ -27,6 +27,7 @@ from ampfleet.sdk.errors import (
 )
 from ampfleet.sdk.models import (
     Bundle,
+    ConsoleLogin,
     CreatedKey,
     Dataset,
     Diagnosis,
@@ -275,6 +276,12 @@ class Operations:
         response = yield from self.send(Request("POST", _job(job_id, "/cancel")))
         return Job.model_validate_json(response.content)
 
+    def export_checkpoint(self, job_id: str, step: int, dtype: str | None) -> Flow[Job]:
+        body = {"dtype": dtype} if dtype is not None else {}
+        path = _job(job_id, f"/checkpoints/{int(step)}/export")
+        response = yield from self.send(Request("POST", path, json=body))
+        return Job.model_validate_json(response.content)
+
     def delete(self, job_id: str) -> Flow[None]:
         yield from self.send(Request("DELETE", _job(job_id)))
 
@@ -374,3 +381,13 @@ class Operations:
 
     def revoke_key(self, key_id: str) -> Flow[None]:
         yield from self.send(Request("DELETE", f"/v1/keys/{quote(key_id, safe='')}"))
+
+    def console_login(self, base_url: str) -> Flow[ConsoleLogin]:
+        response = yield from self.send(Request("POST", "/v1/console-tokens"))
+        answer = response.json()
+        return ConsoleLogin(
+            token=answer["token"],
+            expires_at=answer["expires_at"],
+            expires_in_s=answer["expires_in_s"],
+            url=base_url.rstrip("/") + answer["login_path"],
+        )

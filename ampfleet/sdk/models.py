@@ -240,6 +240,16 @@ class CreatedKey(Key):
     key: str = Field(description="The key itself; the API shows it this once.")
 
 
+class ConsoleLogin(ApiModel):
+    """A one-time login for the web console: `url` opens it logged in as the key that asked,
+    once, until `expires_at`."""
+
+    token: str
+    expires_at: datetime
+    expires_in_s: float = Field(description="Its lifetime, from when it was asked for.")
+    url: str
+
+
 class Artifact(ApiModel):
     """A file a job produced: `kind` is checkpoint, model, output or profile."""
 
@@ -295,6 +305,19 @@ class Checkpoint(ApiModel):
     attempt: int = 0
     created_at: datetime | None = None
     lineage: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    """What the job reported at this step (its loss, its evaluation's metrics)."""
+
+
+class Sample(ApiModel):
+    """What the model generated at one evaluation: each prompt and its completion."""
+
+    step: int
+    text: str
+    truncated: bool = False
+    download_url: str = ""
+    attempt: int = 0
+    created_at: datetime | None = None
 
 
 # -- frames of a job's live stream (`Client.stream_events`) ----------------------------------

@@ -195,6 +195,7 @@ class Session:
                 spec.monitoring.straggler_factor,
                 spec.monitoring.straggler_reports,
                 dict(enumerate(self.rank_nodes)),
+                sustained_s=spec.monitoring.straggler_sustained_s,
             ),
         )
         return prepared.module, optimizer

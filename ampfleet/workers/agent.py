@@ -31,6 +31,7 @@ from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.core.settings import Settings
 from ampfleet.core.spec import Stop
 from ampfleet.core.states import LAUNCHED_STATES, JobState
+from ampfleet.workers.attempts import LaunchRequest
 from ampfleet.workers.bundles import bundle_dir, ensure_unpacked
 from ampfleet.workers.fallbacks import earlier_fallbacks
 from ampfleet.workers.hardware_precision import script_hardware
@@ -47,7 +48,7 @@ from ampfleet.workers.requirements import (
     env_python,
 )
 from ampfleet.workers.rundir import RunDir
-from ampfleet.workers.supervisor import LaunchRequest, Supervisor
+from ampfleet.workers.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 COLLECTIVE_TIMEOUT_MARGIN_S = 60.0

@@ -1,4 +1,4 @@
-"""A node's cache of what jobs bring: unpacked code bundles and datasets.
+"""A node's cache of what jobs bring: unpacked code bundles, datasets and earlier jobs' models.
 
 Each object's bytes are fetched from the store and unpacked once per node, by content, into
 `<data dir>/<kind>/<sha256>/`: checked again here (the node trusts no archive it did not
@@ -37,17 +37,32 @@ def archive_limits(settings: Settings) -> ArchiveLimits:
 def fetch_once(target: Path, sha256: str, what: str, fill: Callable[[Path, Path], None]) -> Path:
     """`target`, made if not there yet: `fill(downloaded_object, tree)` builds the tree that
     is then renamed into place."""
+
+    def build(incoming: Path, tree: Path) -> None:
+        downloaded = incoming / "object"
+        download(sha256, downloaded, what)
+        fill(downloaded, tree)
+
+    return build_once(target, build)
+
+
+def download(sha256: str, path: Path, what: str) -> None:
+    """The object's bytes at `path` (their sha256 checked); LookupError once it is gone."""
+    try:
+        get_store().download_to(object_key(sha256), path)
+    except ArtifactNotFoundError:
+        raise LookupError(f"the {what}'s bytes ({sha256[:12]}) are no longer stored") from None
+
+
+def build_once(target: Path, build: Callable[[Path, Path], None]) -> Path:
+    """`target`, made if not there yet: `build(scratch, tree)` makes the tree `tree` (using
+    the folder `scratch` as it likes), which is then renamed into place."""
     if target.is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".incoming-") as incoming:
-        downloaded = Path(incoming) / "object"
-        try:
-            get_store().download_to(object_key(sha256), downloaded)
-        except ArtifactNotFoundError:
-            raise LookupError(f"the {what}'s bytes ({sha256[:12]}) are no longer stored") from None
         tree = Path(incoming) / "tree"
-        fill(downloaded, tree)
+        build(Path(incoming), tree)
         open_to_sandboxes(tree)  # ranks read it as unprivileged uids
         try:
             tree.rename(target)

@@ -127,7 +127,7 @@ class Compute(_Record):
 
 class Artifact(_Record):
     kind: Literal["artifact"]
-    artifact_kind: Literal["checkpoint", "model", "output", "profile"]
+    artifact_kind: Literal["checkpoint", "model", "output", "profile", "sample"]
     name: ArtifactName
     paths: Annotated[list[RankPath], Field(min_length=1, max_length=MAX_PATHS)]
     step: Step | None
@@ -248,7 +248,9 @@ def _artifact_name_problem(record: Artifact) -> str | None:
         MODEL_BF16,
         OUTPUTS_PREFIX,
         PROFILES_PREFIX,
+        SAMPLE_KIND,
         checkpoint_name,
+        samples_name,
     )
 
     name, kind = record.name, record.artifact_kind
@@ -265,6 +267,9 @@ def _artifact_name_problem(record: Artifact) -> str | None:
     elif kind == "output":
         if not name.startswith(OUTPUTS_PREFIX) or len(record.paths) != 1:
             return f"name: an output is one file named {OUTPUTS_PREFIX}<path>"
+    elif kind == SAMPLE_KIND:
+        if record.step is None or name != samples_name(record.step) or len(record.paths) != 1:
+            return "name: samples are one file named samples/step-<its step, 9 digits>.txt"
     elif not name.startswith(PROFILES_PREFIX) or len(record.paths) != 1:
         return f"name: a profile's file is one file named {PROFILES_PREFIX}<id>/<file>"
     return None

@@ -23,7 +23,7 @@ from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import requeue_or_fail
 from ampfleet.core.models import Allocation, Job
 from ampfleet.core.states import ACTIVE_STATES, JobState
-from ampfleet.workers.supervisor import LaunchRequest
+from ampfleet.workers.attempts import LaunchRequest
 
 log = logging.getLogger(__name__)
 POLL_S = 0.2

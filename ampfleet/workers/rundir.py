@@ -8,6 +8,7 @@
         logs/               rank-<r>.stdout / rank-<r>.stderr, launcher.log (torchrun)
         outputs/            files the recipe writes (`output_dir`), listed as artifacts
         export/             rank 0's model export of a completed run (model + manifest)
+        samples/            what the model generated at each evaluation (step-<step>.txt)
         profile-request.json  the job's open profile, kept by the agent (profile_request.py)
         profiles/<id>/      a profile's files, each under its artifact name (rank traces, summary)
         hyperparameters.json  a script's hyperparameters (script mode: training/script.py)

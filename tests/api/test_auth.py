@@ -19,6 +19,7 @@ PUBLIC = {
     "/docs",
     "/docs/oauth2-redirect",
     "/redoc",
+    "/v1/console-sessions",  # its credential is the login token in the body
 }
 ADMIN_ONLY = {
     ("put", "/v1/projects/{name}"),

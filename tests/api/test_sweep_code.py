@@ -105,7 +105,7 @@ def finetune_sweep(inputs: dict[str, str]) -> dict[str, Any]:
 def test_the_recipes_input_checks_refuse_a_sweep_and_fail_a_trial(writer: TestClient) -> None:
     model = folder(writer, "base", MODEL_FOLDER)
     pairs = upload(writer, TRAIN, name="pairs", filename="train.jsonl").json()
-    table = upload(writer, b"a,b\n1,2\n", name="table", filename="train.csv").json()
+    upload(writer, b"a,b\n1,2\n", name="table", filename="train.csv")
     refused = writer.post("/v1/sweeps", json=finetune_sweep({"model": model, "train": "table@1"}))
     assert refused.status_code == 422, refused.text
     assert refused.json()["error"]["details"][0]["field"] == "inputs.train"
@@ -113,14 +113,15 @@ def test_the_recipes_input_checks_refuse_a_sweep_and_fail_a_trial(writer: TestCl
     accepted = writer.post("/v1/sweeps", json=finetune_sweep({"model": model, "train": "pairs@1"}))
     assert accepted.status_code == 202, accepted.text
     sweep_id = accepted.json()["id"]
-    with session_scope() as session:  # its train file as a sweep accepted before the check had
+    with session_scope() as session:  # its train file as a CSV: what a trial's check sees
         row = session.get(Sweep, sweep_id)
         assert row is not None
-        inputs = {**row.base_resolved["inputs"], "train": {"dataset": table["id"]}}
+        listed = dict(row.base_resolved["listed_inputs"])
+        listed["train"] = {"files": ["train.csv"], "summary": None}
         session.execute(
             update(Sweep)
             .where(Sweep.id == sweep_id)
-            .values(base_resolved={**row.base_resolved, "inputs": inputs})
+            .values(base_resolved={**row.base_resolved, "listed_inputs": listed})
         )
     assert pairs["version"] == 1
     controller_pass()

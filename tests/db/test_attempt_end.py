@@ -11,8 +11,9 @@ import uuid
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Job
 from ampfleet.core.settings import get_settings
+from ampfleet.workers.attempts import LaunchRequest, RunningAttempt
 from ampfleet.workers.rundir import RecordReader, RunDir
-from ampfleet.workers.supervisor import LaunchRequest, RunningAttempt, Supervisor
+from ampfleet.workers.supervisor import Supervisor
 from ampfleet.workers.telemetry import RankTelemetry
 from ampfleet.workers.training.entry import write_failure
 

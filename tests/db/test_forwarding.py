@@ -16,9 +16,10 @@ from sqlalchemy import select, text, update
 from ampfleet.core.db import get_engine, session_scope
 from ampfleet.core.models import Job, LogLine, Metric
 from ampfleet.core.settings import get_settings
+from ampfleet.workers.attempts import LaunchRequest, RunningAttempt
 from ampfleet.workers.ingest import AttemptFeed, apply_records, ship_logs
 from ampfleet.workers.rundir import RecordReader, RecordWriter, RunDir
-from ampfleet.workers.supervisor import LaunchRequest, RunningAttempt, Supervisor
+from ampfleet.workers.supervisor import Supervisor
 from ampfleet.workers.telemetry import RankTelemetry
 
 # A failing commit through a real database error: a trigger adds a row whose deferred

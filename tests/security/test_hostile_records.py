@@ -22,9 +22,10 @@ from ampfleet.core.db import session_scope
 from ampfleet.core.models import Artifact, Job, JobEvent, LogLine, Metric
 from ampfleet.core.settings import get_settings
 from ampfleet.core.states import JobState
+from ampfleet.workers.attempts import LaunchRequest, RunningAttempt
 from ampfleet.workers.ingest import MAX_REJECTION_EVENTS
 from ampfleet.workers.rundir import RecordReader, RecordWriter, RunDir
-from ampfleet.workers.supervisor import LaunchRequest, RunningAttempt, Supervisor
+from ampfleet.workers.supervisor import Supervisor
 from ampfleet.workers.telemetry import RankTelemetry
 from tests.support.factories import insert_job
 
@@ -47,6 +48,8 @@ MALFORMED = [
     b'{"kind": "profile", "profile_id": "../../x", "state": "uploading"}',
     b'{"kind": "artifact", "artifact_kind": "output", "name": "../../etc", "paths": ["/a"]}',
     b'{"kind": "artifact", "artifact_kind": "model", "name": "outputs/x", "paths": ["/a"]}',
+    b'{"kind": "artifact", "artifact_kind": "sample", "name": "samples/step-000000002.txt", '
+    b'"step": 3, "paths": ["/a"]}',
     b'{"kind": "nonsense"}',
     b"[1, 2, 3]",
     b"not json at all",

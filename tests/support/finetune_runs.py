@@ -53,6 +53,15 @@ print(json.dumps([score(folder, adapter, data) for folder, adapter in models]))
 """
 
 
+def merged_dtype(folder: Path) -> str:
+    """The dtype every floating-point tensor of the folder's model.safetensors is stored in,
+    read from its header as safetensors writes it."""
+    raw = (folder / "model.safetensors").read_bytes()
+    header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
+    (dtype,) = {t["dtype"] for name, t in header.items() if name != "__metadata__"}
+    return str(dtype)
+
+
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -15,7 +15,14 @@ import pytest
 
 from ampfleet.workers.rundir import RunDir
 from tests.support.checkout_recipes import use_checkout_recipes
-from tests.support.finetune_runs import logs, records, run_job, scored, sha256_of
+from tests.support.finetune_runs import (
+    logs,
+    merged_dtype,
+    records,
+    run_job,
+    scored,
+    sha256_of,
+)
 from tests.support.hf_models import echo_task, tiny_model_folder
 
 STEPS = 40
@@ -31,7 +38,9 @@ def pythonpath(tmp_path_factory: pytest.TempPathFactory) -> str:
     return use_checkout_recipes(tmp_path_factory.mktemp("site"))
 
 
-def finetune_spec(method: str, style: str, steps: int = STEPS) -> dict[str, Any]:
+def finetune_spec(
+    method: str, style: str, steps: int = STEPS, strategy: str = "ddp", dtype: str = "fp32"
+) -> dict[str, Any]:
     hyperparameters: dict[str, Any] = {
         "method": method,
         "learning_rate": LEARNING_RATE[method],
@@ -51,25 +60,38 @@ def finetune_spec(method: str, style: str, steps: int = STEPS) -> dict[str, Any]
         "stop": {"max_steps": steps},
         "eval_every_steps": steps // 2,
         "log_every_steps": 10,
+        "parallelism": {"strategy": strategy},
+        "export": {"dtype": dtype},
     }
 
 
 @pytest.mark.slow  # a minute or two each on two busy cores
 @pytest.mark.parametrize(
-    ("style", "method"), [("llama", "lora"), ("llama", "full"), ("gpt2", "lora"), ("gpt2", "full")]
+    ("style", "method", "strategy", "dtype"),
+    [
+        ("llama", "lora", "ddp", "fp32"),
+        ("llama", "full", "ddp", "fp32"),
+        ("gpt2", "lora", "ddp", "fp32"),
+        ("gpt2", "full", "ddp", "fp32"),
+        # The frozen bf16 base and the fp32 adapters sharded in one FSDP unit per block.
+        ("llama", "lora", "fsdp", "bf16"),
+        ("gpt2", "full", "fsdp", "bf16"),  # its tied embedding and head in the root unit
+    ],
 )
 def test_a_tiny_model_learns_and_its_hugging_face_export_scores_the_reported_loss(
-    tmp_path: Path, pythonpath: str, style: str, method: str
+    tmp_path: Path, pythonpath: str, style: str, method: str, strategy: str, dtype: str
 ) -> None:
     base = tiny_model_folder(tmp_path / "base", style)
     train, validation = echo_task(tmp_path / "data")
     inputs = {"model": base, "train": train, "validation": validation}
-    run_dir = run_job(tmp_path, finetune_spec(method, style), inputs, pythonpath)
+    spec = finetune_spec(method, style, strategy=strategy, dtype=dtype)
+    run_dir = run_job(tmp_path, spec, inputs, pythonpath)
     assert run_dir.failures() == [], logs(run_dir)
     found = records(run_dir)
     assert found[-1]["kind"] == "finished", logs(run_dir)
 
     (started,) = [r for r in found if r["kind"] == "started"]
+    assert started["strategy"] == strategy
     assert (started["compute_dtype"], started["reduction_dtype"]) == ("bf16", "bf16")
     assert started["frozen_dtype"] == ("bf16" if method == "lora" else "none")
     validated = [r["values"]["val_loss"] for r in found if "val_loss" in r.get("values", {})]
@@ -106,6 +128,17 @@ def test_a_tiny_model_learns_and_its_hugging_face_export_scores_the_reported_los
         assert math.isclose(adapted, merged, rel_tol=0.01), (adapted, merged)
     samples = (run_dir.output_dir / "samples.txt").read_text()
     assert samples.startswith("### prompt\necho abca:\n### completion\n"), samples
+    # Each evaluation's samples, an artifact of its step; the last one's model is the
+    # merged model's, so it completes the prompt alike.
+    evaluated = [r for r in found if r.get("artifact_kind") == "sample"]
+    assert [(r["name"], r["step"]) for r in evaluated] == [
+        ("samples/step-000000020.txt", 20),
+        ("samples/step-000000040.txt", 40),
+    ]
+    last = Path(evaluated[-1]["paths"][0]).read_text()
+    assert last.startswith("### prompt\necho abca:\n### completion\n"), last
+    assert merged_dtype(hf / "merged") == {"fp32": "F32", "bf16": "BF16"}[dtype]
+    assert lineage["merged_dtype"] == dtype
 
 
 def test_a_record_without_its_field_fails_every_rank_before_they_meet(

@@ -20,7 +20,11 @@ def _run(rank: int, world_size: int, out_dir: str) -> dict[str, Any]:
         max_steps=12,
         in_run_dir=True,
         slow_rank=(1, 0.05),
-        monitoring={"straggler_factor": 1.5, "straggler_reports": 3},
+        monitoring={
+            "straggler_factor": 1.5,
+            "straggler_reports": 3,
+            "straggler_sustained_s": 0.0,
+        },
     )
 
 

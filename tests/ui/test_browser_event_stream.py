@@ -15,7 +15,7 @@ from playwright.sync_api import Page, sync_playwright
 
 from tests.support.factories import job_spec
 from tests.support.live_api import serving
-from tests.ui.test_console import CHROMIUM, CHROMIUM_FLAGS
+from tests.ui.console import CHROMIUM, CHROMIUM_FLAGS
 
 pytestmark = [pytest.mark.ui]
 

@@ -1,118 +1,28 @@
 """The web console (/ui) in headless Chromium, against a real fleet: api, scheduler and one
-worker node, each a real process, on PostgreSQL and Redis."""
+worker node, each a real process, on PostgreSQL and Redis (conftest.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import (
-    BrowserContext,
-    Page,
-    Playwright,
-    Request,
-    ViewportSize,
-    expect,
-    sync_playwright,
-)
+from playwright.sync_api import Page, Request, expect
 
+from ampfleet.sdk import Client
 from tests.support.archives import zip_of
 from tests.support.factories import job_spec
-from tests.support.fleet import Fleet, running_fleet
+from tests.support.fleet import Fleet
+from tests.support.hf_models import echo_task, tiny_model_folder
+from tests.ui.console import log_in, mark, save_screenshot, still_marked
 
 pytestmark = [pytest.mark.ui, pytest.mark.e2e]
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
 LONG = 1_000_000  # steps: a job that runs until it is cancelled
-VIEWPORT: ViewportSize = {"width": 1400, "height": 1000}
 PAGE = 50  # rows the jobs list and the fleet's queue show before "Older"/"Later jobs"
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    with running_fleet(tmp_path_factory.mktemp("ui-fleet")) as started:
-        yield started
-
-
-@pytest.fixture(scope="module")
-def playwright() -> Iterator[Playwright]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"headless Chromium is missing ({CHROMIUM}): run `make ui-deps`")
-    with sync_playwright() as driver:
-        yield driver
-
-
-@pytest.fixture(scope="module")
-def browser(
-    playwright: Playwright, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[BrowserContext]:
-    context = playwright.chromium.launch_persistent_context(
-        tmp_path_factory.mktemp("chromium-profile"),  # a fresh --user-data-dir
-        executable_path=str(CHROMIUM),
-        headless=True,
-        args=CHROMIUM_FLAGS,
-        viewport=VIEWPORT,
-    )
-    context.set_default_timeout(20_000)
-    yield context
-    context.close()
-
-
-@contextmanager
-def failing_on_script_errors(tab: Page) -> Iterator[Page]:
-    errors: list[str] = []
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    yield tab
-    tab.close()  # closes its streams before the fleet stops
-    assert not errors, f"uncaught errors in the console: {errors}"
-
-
-@pytest.fixture
-def page(fleet: Fleet, browser: BrowserContext) -> Iterator[Page]:
-    """A new tab (so an empty sessionStorage); fails the test on any uncaught script error."""
-    with failing_on_script_errors(browser.new_page()) as tab:
-        yield tab
-
-
-@pytest.fixture
-def clock_page(fleet: Fleet, playwright: Playwright) -> Iterator[Page]:
-    """A tab whose timers the test drives (`page.clock`), in a browser of its own: a clock
-    is installed for a whole browser context, and would drive every later test's too."""
-    chromium = playwright.chromium.launch(
-        executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
-    )
-    try:
-        context = chromium.new_context(viewport=VIEWPORT)
-        context.set_default_timeout(20_000)
-        context.clock.install()
-        with failing_on_script_errors(context.new_page()) as tab:
-            yield tab
-        context.close()
-    finally:
-        chromium.close()
-
-
-def log_in(page: Page, fleet: Fleet, route: str = "#/jobs") -> None:
-    page.goto(f"{fleet.base_url}/ui/{route}")
-    page.fill("#api-key", fleet.admin_key)
-    page.click("#login-submit")
-    expect(page.locator("#nav")).to_be_visible()
 
 
 def cancel_quietly(fleet: Fleet, job_id: str) -> None:
@@ -184,15 +94,6 @@ def test_sse_parser_reassembles_frames_split_across_chunks(fleet: Fleet, page: P
         {"event": "end", "data": "x\ny", "id": "3:4"},
         {"event": "logs", "data": "z", "id": "3:4"},  # the last id seen holds until replaced
     ]
-
-
-def save_screenshot(page: Page, name: str, capsys: pytest.CaptureFixture[str]) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / name
-    page.screenshot(path=str(path), full_page=True)
-    with capsys.disabled():
-        print(f"\nscreenshot: {path}")
-    return path
 
 
 def test_job_page_follows_a_run_to_success_with_live_charts(
@@ -304,15 +205,6 @@ def test_job_page_follows_a_run_to_success_with_live_charts(
     page.fill("#filter-project", "no-such-project")
     page.press("#filter-project", "Enter")
     expect(page.locator("#jobs-table td.empty")).to_have_text("No jobs match.")
-
-
-def mark(page: Page, selector: str) -> None:
-    """Tags the element itself (not an attribute a redraw would copy)."""
-    page.locator(selector).first.evaluate("el => { el.keptAcrossRedraws = true; }")
-
-
-def still_marked(page: Page, selector: str) -> bool:
-    return bool(page.locator(selector).first.evaluate("el => el.keptAcrossRedraws === true"))
 
 
 def test_cancel_a_running_job_from_its_page(fleet: Fleet, page: Page) -> None:
@@ -670,3 +562,48 @@ def test_a_script_jobs_page_shows_its_command_and_no_total(fleet: Fleet, page: P
         expect(page.locator("#progress-text")).to_have_text("step 0")
     finally:
         cancel_quietly(fleet, job_id)
+
+
+@pytest.mark.slow  # a fine-tuning job: its rank imports transformers and peft
+def test_job_page_shows_a_fine_tunes_samples_at_each_evaluation(
+    fleet: Fleet, page: Page, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = tiny_model_folder(tmp_path / "base")
+    train, validation = echo_task(tmp_path / "data", train=16, validation=4)
+    with Client(fleet.base_url, fleet.admin_key) as client:
+        inputs = {
+            name: f"{client.upload_dataset(f'ui-{name}', path).name}@1"
+            for name, path in (("model", base), ("train", train), ("validation", validation))
+        }
+    spec = {
+        "name": "ui-samples",
+        "recipe": "finetune-lm",
+        "inputs": inputs,
+        "hyperparameters": {
+            "batch_size": 4,
+            "max_seq_length": 16,
+            "sample_prompts": ["echo abc:", "echo dd:"],
+            "sample_max_new_tokens": 3,
+        },
+        "resources": {"accelerator": "cpu", "procs_per_node": 1},
+        "stop": {"max_steps": 2},
+        "eval_every_steps": 1,
+    }
+    job_id = fleet.submit(spec)["id"]
+    done = fleet.wait_for_state(job_id, {"SUCCEEDED", "FAILED"}, timeout=300)
+    assert done["state"] == "SUCCEEDED", done.get("failure_reason")
+
+    log_in(page, fleet, f"#/jobs/{job_id}")
+    text = page.locator("#samples-text")
+    expect(page.locator("#samples")).to_be_visible()
+    expect(page.locator("#samples-step option")).to_have_count(2)  # steps 1 and 2
+    expect(text).to_have_attribute("data-step", "2")  # the latest first
+    expect(text).to_contain_text("### prompt\necho abc:\n### completion\n")
+    expect(text).to_contain_text("### prompt\necho dd:\n")
+    page.select_option("#samples-step", "1")
+    expect(text).to_have_attribute("data-step", "1")
+    shown = {
+        s["step"]: s["text"] for s in fleet.http.get(f"/v1/jobs/{job_id}/samples").json()["items"]
+    }
+    assert text.text_content() == shown[1]
+    save_screenshot(page, "job-samples.png", capsys)

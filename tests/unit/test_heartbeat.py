@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import threading
+import multiprocessing
+import time
+from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 
+from ampfleet.workers import heartbeat
 from ampfleet.workers.heartbeat import (
     Beat,
     Heartbeat,
@@ -49,28 +52,51 @@ def test_the_rank_furthest_behind_comes_first_whenever_it_beat() -> None:
     assert furthest_behind_first([waiting, computing]) == [computing, waiting]
 
 
+class _SlowWriter(Heartbeat):
+    """Writes a beat as Heartbeat does, between the same two sequence numbers, but its body
+    in two halves with a pause between them: a reader that ignored the sequence would see a
+    step with the previous beat's phase, often rather than once in a blue moon."""
+
+    def beat(self, step: int, phase: str) -> None:
+        self._sequence += 1
+        body = heartbeat._BODY.pack(time.time(), step, phase.encode()[:16])
+        start, half = heartbeat._SEQUENCE.size, heartbeat._BODY.size - 16
+        self._map[:start] = heartbeat._SEQUENCE.pack(self._sequence * 2 - 1)
+        self._map[start : start + half] = body[:half]
+        time.sleep(0.0002)
+        self._map[start + half :] = body[half:]
+        self._map[:start] = heartbeat._SEQUENCE.pack(self._sequence * 2)
+        time.sleep(0.0002)  # and as long between beats, when a reader can read it whole
+
+
+def _beat_fast(path: Path, stop: EventType) -> None:
+    writer = _SlowWriter(path)
+    step = 0
+    while not stop.is_set():
+        step += 1
+        writer.beat(step, "backward" if step % 2 else "evaluate")
+    writer.close()
+
+
 def test_a_reader_never_sees_half_a_beat(tmp_path: Path) -> None:
-    writer = Heartbeat(heartbeat_file(tmp_path, 3))
-    writer.beat(0, "data")
-    done = threading.Event()
-
-    def beat_fast() -> None:
-        step = 0
-        while not done.is_set():
-            step += 1
-            writer.beat(step, "backward" if step % 2 else "evaluate")
-
-    thread = threading.Thread(target=beat_fast)
-    thread.start()
+    """The writer is another process, as a rank is: it writes while the reader reads, on
+    the other core (a thread would take turns with the reader under the GIL)."""
+    context = multiprocessing.get_context("fork")
+    stop = context.Event()
+    writer = context.Process(target=_beat_fast, args=(heartbeat_file(tmp_path, 3), stop))
+    writer.start()
     try:
-        seen = [b for _ in range(3000) for b in read_beats(tmp_path)]
+        seen: list[Beat] = []
+        for _ in range(100_000):  # until 20 beats were read, each read taking microseconds
+            seen += read_beats(tmp_path)
+            if len({b.step for b in seen}) >= 20:
+                break
     finally:
-        done.set()
-        thread.join()
-    assert seen
+        stop.set()
+        writer.join(timeout=30)
+    assert len({b.step for b in seen}) >= 20  # read while it was writing
     # Odd steps were written with backward, even ones with evaluate: a torn read mixes them.
     assert [b for b in seen if b.phase != ("backward" if b.step % 2 else "evaluate")] == []
-    writer.close()
 
 
 def test_stray_and_short_files_are_not_beats(tmp_path: Path) -> None:

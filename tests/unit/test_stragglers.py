@@ -60,3 +60,54 @@ def test_one_rank_has_no_others_and_two_ranks_compare_with_each_other() -> None:
     ratio, [event] = StragglerWatch(factor=1.5, reports=1).observe(10, [1.0, 2.0])
     assert ratio == pytest.approx(2.0)
     assert event.startswith("rank 1 is a straggler")
+
+
+def _turns(seconds: int, turn_s: int) -> list[tuple[float, list[float]]]:
+    """Two healthy ranks on a busy machine's cores, reported every second: each in turn
+    runs 1.8x slower for `turn_s` seconds (another process on its core), then the other."""
+    trace = []
+    for second in range(seconds):
+        slow = (second // turn_s) % 2
+        compute = [1.0, 1.0]
+        compute[slow] = 1.8
+        trace.append((float(second), compute))
+    return trace
+
+
+def _events(watch: StragglerWatch, trace: list[tuple[float, list[float]]]) -> list[str]:
+    events = []
+    for index, (now, compute) in enumerate(trace):
+        events += watch.observe(index + 1, compute, now=now)[1]
+    return events
+
+
+def test_healthy_ranks_taking_turns_on_a_busy_machine_are_not_named() -> None:
+    """Ten minutes of two ranks each slow for 8 s at a time: every turn was a straggler, and
+    its end another event, when three reports in a row were enough; a minute is required."""
+    trace = _turns(600, turn_s=8)
+    assert _events(StragglerWatch(factor=1.5, reports=3), trace) != []  # the old rule rang
+    assert _events(StragglerWatch(factor=1.5, reports=3, sustained_s=60), trace) == []
+
+
+def test_a_rank_slow_for_over_a_minute_is_named_once_and_back_once_a_minute_later() -> None:
+    watch = StragglerWatch(factor=1.5, reports=3, sustained_s=60)
+    slow = [(float(t), [1.0, 2.0]) for t in range(0, 90)]
+    at_pace = [(float(t), [1.0, 1.0]) for t in range(90, 200)]
+    events = _events(watch, slow + at_pace)
+    assert [e.split(":")[0] for e in events] == [
+        "rank 1 is a straggler",
+        "rank 1 keeps pace again",
+    ]
+    assert "for 3 reported steps for 60 s (2.00x at step 61)" in events[0]
+    assert "(1.00x at step 151)" in events[1]  # a minute at pace, too
+
+
+def test_one_report_at_pace_starts_the_minute_again() -> None:
+    watch = StragglerWatch(factor=1.5, reports=3, sustained_s=60)
+    slow = [(float(t), [1.0, 2.0]) for t in range(0, 50)]
+    blip = [(50.0, [1.0, 1.0])]
+    slow_again = [(float(t), [1.0, 2.0]) for t in range(51, 111)]
+    events = _events(watch, slow + blip + slow_again)
+    assert events == []
+    [named] = _events(watch, [(111.0, [1.0, 2.0])])
+    assert named.startswith("rank 1 is a straggler")

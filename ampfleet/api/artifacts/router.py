@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Path, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Response
 from fastapi.responses import StreamingResponse
 
 from ampfleet.api.artifacts import service
-from ampfleet.api.artifacts.schemas import ArtifactList, CheckpointList
+from ampfleet.api.artifacts.schemas import ArtifactList, CheckpointList, SampleList
 from ampfleet.api.auth import CurrentPrincipal
 from ampfleet.api.bounds import MAX_INT
 from ampfleet.api.deps import SessionDep
@@ -97,6 +97,24 @@ def list_checkpoints(
     job_id: str, session: SessionDep, principal: CurrentPrincipal
 ) -> CheckpointList:
     return service.list_checkpoints(session, job_id, principal)
+
+
+@router.get(
+    "/{job_id}/samples",
+    response_model=SampleList,
+    operation_id="listSamples",
+    responses=responses(401, 404, 422, 503),
+    summary="What the model generated at the job's latest evaluations",
+    description="A causal language model's fine-tune completes a few fixed prompts at each "
+    "evaluation (`samples/step-<step>.txt` artifacts); each is shown here up to 64 KiB.",
+)
+def list_samples(
+    job_id: str,
+    session: SessionDep,
+    principal: CurrentPrincipal,
+    limit: Annotated[int, Query(ge=1, le=100, description="The latest this many.")] = 20,
+) -> SampleList:
+    return service.list_samples(session, job_id, principal, limit)
 
 
 @router.get(

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-ArtifactKind = Literal["checkpoint", "model", "output", "profile"]
+ArtifactKind = Literal["checkpoint", "model", "output", "profile", "sample"]
 
 
 class ArtifactOut(BaseModel):
@@ -36,8 +36,29 @@ class CheckpointOut(BaseModel):
     lineage: dict[str, Any] = Field(
         description="The setup it was made under: precision, AllReduce dtype, world size, ..."
     )
+    metrics: dict[str, float] = Field(
+        description="What the job reported at this step (the loss where the step was a "
+        "logged one, the validation metrics where it was an evaluation's)."
+    )
     download_url: str
+    export_url: str = Field(
+        description="POST here to export this checkpoint as a model (a job of 0 steps that "
+        "starts from it: for a fine-tune, a Hugging Face folder)."
+    )
 
 
 class CheckpointList(BaseModel):
     items: list[CheckpointOut] = Field(description="By step, oldest first.")
+
+
+class SampleOut(BaseModel):
+    step: int = Field(description="The evaluation's step.")
+    attempt: int
+    created_at: datetime
+    text: str = Field(description="What the model generated: each prompt and its completion.")
+    truncated: bool = Field(description="The text is longer than shown: download it whole.")
+    download_url: str
+
+
+class SampleList(BaseModel):
+    items: list[SampleOut] = Field(description="By step, oldest first.")

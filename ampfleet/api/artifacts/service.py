@@ -8,8 +8,6 @@ not exist (404). Any key that may read the job may download (read keys included)
 
 from __future__ import annotations
 
-import itertools
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -17,18 +15,30 @@ from urllib.parse import quote
 from sqlalchemy.orm import Session
 
 from ampfleet.api.artifacts import repository
-from ampfleet.api.artifacts.ranges import Span, not_modified, quoted_etag, span_of
-from ampfleet.api.artifacts.schemas import ArtifactList, ArtifactOut, CheckpointList, CheckpointOut
+from ampfleet.api.artifacts.objects import open_span, read_head
+from ampfleet.api.artifacts.ranges import not_modified, quoted_etag, span_of
+from ampfleet.api.artifacts.schemas import (
+    ArtifactList,
+    ArtifactOut,
+    CheckpointList,
+    CheckpointOut,
+    SampleList,
+    SampleOut,
+)
 from ampfleet.api.auth import Principal
-from ampfleet.api.errors import NotFoundError, ServiceUnavailableError, UnprocessableError
+from ampfleet.api.errors import NotFoundError, UnprocessableError
 from ampfleet.api.jobs import service as jobs
-from ampfleet.core.artifact_names import MAX_NAME_LENGTH, checkpoint_name, is_valid_name
-from ampfleet.core.artifacts import ArtifactNotFoundError, get_store, object_key
+from ampfleet.core.artifact_names import (
+    MAX_NAME_LENGTH,
+    SAMPLE_KIND,
+    checkpoint_name,
+    is_valid_name,
+)
 from ampfleet.core.models import Artifact
 
-log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint"
 CHECKPOINT_SUFFIX = ".tar"  # one object per checkpoint: an uncompressed tar of its files
+SAMPLE_TEXT_LIMIT = 64 << 10  # of each evaluation's samples, shown inline
 
 
 def _job_path(job_id: str, suffix: str) -> str:
@@ -56,7 +66,11 @@ def list_artifacts(session: Session, job_id: str, principal: Principal) -> Artif
 
 
 def list_checkpoints(session: Session, job_id: str, principal: Principal) -> CheckpointList:
-    jobs.get(session, job_id, principal)
+    """Each stored checkpoint with the metrics the job reported at its step."""
+    job = jobs.get(session, job_id, principal)
+    stored = repository.for_job(session, job_id, kind=CHECKPOINT)
+    steps = {a.step or 0 for a in stored}
+    metrics = repository.metrics_at(session, job_id, list(job.latest_metrics or {}), steps)
     return CheckpointList(
         items=[
             CheckpointOut(
@@ -66,11 +80,36 @@ def list_checkpoints(session: Session, job_id: str, principal: Principal) -> Che
                 size=a.size,
                 sha256=a.sha256,
                 lineage=a.details,
+                metrics=metrics.get(a.step or 0, {}),
                 download_url=checkpoint_url(a),
+                export_url=checkpoint_url(a).removesuffix("/download") + "/export",
             )
-            for a in repository.for_job(session, job_id, kind=CHECKPOINT)
+            for a in stored
         ]
     )
+
+
+def list_samples(session: Session, job_id: str, principal: Principal, limit: int) -> SampleList:
+    """The text the model generated at the job's latest `limit` evaluations."""
+    jobs.get(session, job_id, principal)
+    return SampleList(
+        items=[
+            SampleOut(
+                step=a.step or 0,
+                attempt=a.attempt,
+                created_at=a.created_at,
+                text=head(a, SAMPLE_TEXT_LIMIT).decode("utf-8", "replace"),
+                truncated=a.size > SAMPLE_TEXT_LIMIT,
+                download_url=artifact_url(a),
+            )
+            for a in repository.latest_of_kind(session, job_id, SAMPLE_KIND, limit)
+        ]
+    )
+
+
+def head(artifact: Artifact, limit: int) -> bytes:
+    """The artifact's first `limit` bytes, from the store (503 where it cannot be read)."""
+    return read_head(artifact.sha256, artifact.size, limit, artifact.name)
 
 
 def artifact_named(session: Session, job_id: str, name: str, principal: Principal) -> Artifact:
@@ -127,28 +166,8 @@ def download(
     }
     if span.partial:
         headers["Content-Range"] = span.content_range(artifact.size)
-    return Download(206 if span.partial else 200, headers, _open(artifact, span))
-
-
-def _open(artifact: Artifact, span: Span) -> Iterator[bytes]:
-    """The span's bytes; the first chunk is read now, so a store that fails answers an error
-    before the status line is sent, on every backend."""
-    if span.length == 0:
-        return iter(())
-    try:
-        chunks = get_store().open_range(object_key(artifact.sha256), span.start, span.end)
-        first = next(chunks, b"")
-    except ArtifactNotFoundError:
-        log.error(
-            "artifact %s of job %s: object missing from the store", artifact.name, artifact.job_id
-        )
-        raise ServiceUnavailableError(
-            f"the bytes of {artifact.name} are missing from the artifact store"
-        ) from None
-    except Exception as exc:  # a store that is down (S3 unreachable, disk error)
-        log.warning("artifact store unavailable for %s: %s", artifact.job_id, type(exc).__name__)
-        raise ServiceUnavailableError("the artifact store is unavailable; retry shortly") from None
-    return itertools.chain([first], chunks)
+    chunks = open_span(artifact.sha256, artifact.name, span)
+    return Download(206 if span.partial else 200, headers, chunks)
 
 
 def _columns(artifact: Artifact) -> dict[str, object]:

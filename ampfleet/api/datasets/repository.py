@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -43,10 +46,19 @@ def listed(session: Session, project: str | None, name: str | None, limit: int) 
 
 def unfinished_jobs_using(session: Session, dataset: Dataset, limit: int = 5) -> list[str]:
     """Unfinished jobs of the dataset's project whose resolved inputs name it."""
+    return unfinished_jobs_reading(
+        session, dataset.project, lambda item: item.get("dataset") == dataset.id, limit
+    )
+
+
+def unfinished_jobs_reading(
+    session: Session, project: str, reads: Callable[[Mapping[str, Any]], bool], limit: int = 5
+) -> list[str]:
+    """Unfinished jobs of `project` one of whose resolved inputs `reads` says yes to."""
     rows = session.execute(
         select(Job.id, Job.resolved)
         .where(
-            Job.project == dataset.project,
+            Job.project == project,
             Job.state.not_in([state.value for state in TERMINAL_STATES]),
         )
         .order_by(Job.id)
@@ -54,7 +66,7 @@ def unfinished_jobs_using(session: Session, dataset: Dataset, limit: int = 5) ->
     users = []
     for job_id, resolved in rows:
         inputs = (resolved or {}).get("inputs") or {}
-        if any(item.get("dataset") == dataset.id for item in inputs.values()):
+        if any(reads(item) for item in inputs.values()):
             users.append(job_id)
             if len(users) == limit:
                 break

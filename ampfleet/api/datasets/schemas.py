@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +26,11 @@ class DatasetOut(BaseModel):
 
 class DatasetDetail(DatasetOut):
     files: list[BundleFile]
+    summary: dict[str, Any] | None = Field(
+        description="What the upload read of it, for the checks at submit: a model folder's "
+        "config (model_type, architectures), or a JSONL/CSV file's records (how many, each "
+        "shape of fields with the line it first appears on). Null: nothing was read."
+    )
 
 
 class DatasetList(BaseModel):

@@ -1,5 +1,6 @@
 """Rules of datasets: who may upload, the size limit, archives checked as bundles are, one
-version per project, name and content, versions counting up, and when the object goes.
+version per project, name and content, versions counting up, what is read of it for the
+checks at submit (core/dataset_summary.py), and when the object goes.
 
 A dataset is data, not code: a write key of its project may upload one whether or not the
 project allows custom code. Nothing in it is unpacked here; nodes unpack it into a cache
@@ -24,6 +25,7 @@ from ampfleet.api.errors import (
 from ampfleet.api.uploads import Spooled, UploadLimit, archive_limits, visible
 from ampfleet.core.archives import ArchiveRefusedError, inspect_archive
 from ampfleet.core.artifacts import get_store
+from ampfleet.core.dataset_summary import summarize
 from ampfleet.core.ids import new_id
 from ampfleet.core.models import Dataset
 from ampfleet.core.settings import get_settings
@@ -51,6 +53,7 @@ def create(
     if existing is not None:
         return _detail(existing), False
     files: list[dict[str, str | int]]
+    entries = None
     if filename is not None:
         kind, files = "file", [{"path": filename, "size": spooled.size, "kind": "file"}]
     else:
@@ -61,6 +64,8 @@ def create(
                 "body", f"{exc} (a single file is uploaded with ?filename=NAME)"
             ) from None
         files = [{"path": e.path, "size": e.size, "kind": e.kind} for e in entries]
+    # Read once here, checked at every submit that names it (recipes' check_listed_inputs).
+    summary = summarize(spooled.path, filename, entries)
     try:
         get_store().put_file(spooled.path)
     except Exception as exc:  # a store that is down (S3 unreachable, disk full)
@@ -79,6 +84,7 @@ def create(
             file_count=sum(1 for f in files if f["kind"] == "file"),
             unpacked_size=sum(int(f["size"]) for f in files),
             files=files,
+            summary=summary,
         )
         try:
             with session.begin_nested():

@@ -10,7 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel
 
 from ampfleet.api.auth import admin_principal, api_key_header, bearer, current_principal
-from ampfleet.api.deps import SessionDep
+from ampfleet.api.deps import Now, SessionDep
 from ampfleet.api.errors import ServiceUnavailableError, responses
 from ampfleet.api.health.service import unavailable
 from ampfleet.api.observability import fleet_lines, http_metrics
@@ -62,15 +62,17 @@ def readyz(session: SessionDep) -> Readiness:
     return Readiness(status="ready", database="ok", broker="ok")
 
 
-def metrics_access(
+async def metrics_access(
     request: Request,
     background: BackgroundTasks,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     header_key: Annotated[str | None, Security(api_key_header)],
+    now: Now,
 ) -> None:
     """Open unless AMPFLEET_METRICS_REQUIRE_KEY: then an admin key, as for the fleet's API."""
     if get_settings().metrics_require_key:
-        admin_principal(current_principal(request, background, credentials, header_key))
+        principal = await current_principal(request, background, credentials, header_key, now)
+        await admin_principal(principal)
 
 
 @router.get(

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import Principal
+from ampfleet.api.datasets.repository import unfinished_jobs_reading
 from ampfleet.api.errors import ConflictError
 from ampfleet.api.jobs import repository, service
 from ampfleet.core.artifacts import get_store, object_key
@@ -33,6 +34,12 @@ def delete(session: Session, job_id: str, principal: Principal) -> list[str]:
     if not state.is_terminal():
         raise ConflictError(
             f"job {job_id} is {state.value}: only a job that ended can be deleted (cancel it first)"
+        )
+    readers = unfinished_jobs_reading(session, job.project, lambda item: item.get("job") == job_id)
+    if readers:
+        raise ConflictError(
+            f"job {job_id}'s model is an input of unfinished jobs ({', '.join(readers)}); "
+            "delete it once they ended"
         )
     return repository.delete_job(session, job)
 

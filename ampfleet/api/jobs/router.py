@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Depends, Header, Query, Response, status
+from fastapi import APIRouter, BackgroundTasks, Depends, Header, Path, Query, Response, status
 from fastapi.responses import StreamingResponse
 
 from ampfleet.api import stream_tokens
 from ampfleet.api.auth import CurrentPrincipal, ListingScope, Principal
-from ampfleet.api.bounds import MAX_ID
-from ampfleet.api.deps import ReadSessionDep, SessionDep
+from ampfleet.api.bounds import MAX_ID, MAX_INT
+from ampfleet.api.deps import ReadSessionDep, SessionDep, ends_unit_of_work
 from ampfleet.api.errors import responses
-from ampfleet.api.jobs import deletion, idempotency, repository, service
+from ampfleet.api.jobs import checkpoint_export, deletion, idempotency, repository, service
 from ampfleet.api.jobs.schemas import (
+    CheckpointExport,
     EventList,
     EventOut,
     JobOut,
@@ -21,6 +22,7 @@ from ampfleet.api.jobs.schemas import (
     JobPatch,
 )
 from ampfleet.api.jobs.stream import stream_job
+from ampfleet.api.serialized import json_response
 from ampfleet.api.stream_tokens import StreamToken, stream_principal
 from ampfleet.api.streaming import stream_response_doc, wants_stream
 from ampfleet.core.db import after_commit
@@ -53,12 +55,12 @@ JOB_CURSOR_PATTERN = r"^[A-Za-z0-9_-]{40}$"  # a job id, base64url without paddi
     "Retry-After; the same key with another body answers 422. A key is remembered for "
     "AMPFLEET_IDEMPOTENCY_KEY_TTL_S (a day) after its job was submitted, then free again.",
 )
+@ends_unit_of_work
 def submit_job(
     spec: JobSpec,
     session: SessionDep,
     reader: ReadSessionDep,
     principal: CurrentPrincipal,
-    response: Response,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -67,7 +69,7 @@ def submit_job(
             "AMPFLEET_IDEMPOTENCY_KEY_TTL_S).",
         ),
     ] = None,
-) -> JobOut:
+) -> Response:
     if "project" not in spec.model_fields_set:
         spec = spec.model_copy(update={"project": principal.project})
     principal.check_can_write(spec.project)
@@ -86,10 +88,11 @@ def submit_job(
             session.commit()
     if created:
         after_commit(session, wake_scheduler)  # the scheduler must find the job committed
-    else:
-        response.status_code = status.HTTP_200_OK
-    response.headers["Location"] = f"/v1/jobs/{job.id}"
-    return service.to_out(job)
+    return json_response(
+        service.to_out(job),
+        status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,
+        {"Location": f"/v1/jobs/{job.id}"},
+    )
 
 
 @router.get("", response_model=JobPage, responses=responses(401, 403, 422), summary="List jobs")
@@ -115,8 +118,38 @@ def list_jobs(
 @router.get(
     "/{job_id}", response_model=JobOut, responses=responses(401, 403, 404), summary="Get a job"
 )
-def get_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) -> JobOut:
-    return service.detail(session, service.get(session, job_id, principal))
+@ends_unit_of_work
+def get_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) -> Response:
+    return json_response(service.detail(session, service.get(session, job_id, principal)))
+
+
+@router.post(
+    "/{job_id}/checkpoints/{step}/export",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobOut,
+    operation_id="exportCheckpoint",
+    responses=responses(401, 403, 404, 422, 429),
+    summary="Export one stored checkpoint of a job as a model",
+    description="Queues a job that trains zero steps from the checkpoint (its spec as "
+    "submitted, its inputs as the job read them, `init_from` the checkpoint's weights, "
+    "`stop.max_steps: 0`): the recipe's loop loads it, evaluates it and exports it as a "
+    "finished run's model (a fine-tune: `hf/merged/`, `hf/adapter/`, the manifest). 404 "
+    "where the checkpoint is not stored; 422 for a script's checkpoint.",
+)
+def export_checkpoint(
+    job_id: str,
+    step: Annotated[int, Path(ge=0, le=MAX_INT)],
+    session: SessionDep,
+    principal: CurrentPrincipal,
+    response: Response,
+    asked: CheckpointExport | None = None,
+) -> JobOut:
+    job = checkpoint_export.export_checkpoint(
+        session, job_id, step, asked or CheckpointExport(), principal
+    )
+    after_commit(session, wake_scheduler)
+    response.headers["Location"] = f"/v1/jobs/{job.id}"
+    return service.to_out(job)
 
 
 @router.patch(

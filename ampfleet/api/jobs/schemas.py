@@ -116,3 +116,13 @@ class EventList(BaseModel):
     next_after: int | None = Field(
         description="Pass as `after` for the next page; null when this page was not full."
     )
+
+
+class CheckpointExport(BaseModel):
+    """What to export a checkpoint as; anything left out is the job's own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: Literal["fp32", "bf16"] | None = Field(
+        None, description="The exported model's dtype (`export.dtype`); none: the job's."
+    )

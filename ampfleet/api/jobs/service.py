@@ -26,7 +26,7 @@ from ampfleet.api.errors import (
 from ampfleet.api.goodput import goodput_out
 from ampfleet.api.jobs import eta, idempotency, repository
 from ampfleet.api.jobs.init_from import resolve_init_from
-from ampfleet.api.jobs.inputs import resolve_inputs
+from ampfleet.api.jobs.inputs import listed_inputs, resolve_inputs
 from ampfleet.api.jobs.node_shapes import recent_node_shapes
 from ampfleet.api.jobs.schemas import (
     JobOut,
@@ -42,7 +42,7 @@ from ampfleet.core.cancelling import request_cancel
 from ampfleet.core.custom_code import custom_code_allowed, custom_code_refusal
 from ampfleet.core.lifecycle import record_event
 from ampfleet.core.models import Bundle, Job
-from ampfleet.core.recipes import UnknownRecipeError
+from ampfleet.core.recipes import ListedInput, UnknownRecipeError
 from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.core.settings import get_settings
 from ampfleet.core.spec import (
@@ -135,10 +135,12 @@ def admit(session: Session, spec: JobSpec, resolved: Mapping[str, Any]) -> None:
         raise http_refusal(refusal) from None
 
 
-def check_listed_inputs(session: Session, spec: JobSpec, resolved: Mapping[str, Any]) -> None:
+def check_listed_inputs(
+    spec: JobSpec, resolved: Mapping[str, Any], listed: Mapping[str, ListedInput]
+) -> None:
     """The recipe's check of the resolved inputs (core/job_creation.py), a 422 on its field."""
     try:
-        job_creation.check_listed_inputs(session, spec, resolved)
+        job_creation.check_listed_inputs(spec, resolved, listed)
     except job_creation.AdmissionRefusedError as refusal:
         raise http_refusal(refusal) from None
 
@@ -189,7 +191,7 @@ def _submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tup
         if spec.code.command is not None:
             check_script_in(bundle, spec.code.command)
     resolved["inputs"] = resolve_inputs(session, spec.project, spec.inputs)
-    check_listed_inputs(session, spec, resolved)
+    check_listed_inputs(spec, resolved, listed_inputs(session, resolved["inputs"]))
     resolved["init_from"] = resolve_init_from(session, spec)
     admit(session, spec, resolved)
     job = job_creation.new_job(

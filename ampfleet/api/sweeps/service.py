@@ -15,7 +15,7 @@ from ampfleet.api.auth import Principal, ProjectScope
 from ampfleet.api.errors import ConflictError, NotFoundError, UnprocessableError
 from ampfleet.api.jobs import service as jobs
 from ampfleet.api.jobs.init_from import resolve_init_from
-from ampfleet.api.jobs.inputs import resolve_inputs
+from ampfleet.api.jobs.inputs import listed_inputs, resolve_inputs
 from ampfleet.api.jobs.node_shapes import recent_node_shapes
 from ampfleet.api.pagination import decode_cursor, encode_cursor
 from ampfleet.api.sweeps import repository, results
@@ -49,6 +49,7 @@ def create(session: Session, spec: SweepSpec) -> Sweep:
         if base.code.command is not None:
             jobs.check_script_in(bundle, base.code.command)
     resolved["inputs"] = resolve_inputs(session, spec.project, base.inputs)
+    listed = listed_inputs(session, resolved["inputs"])
     resolved["init_from"] = resolve_init_from(session, base)
     _check_concurrency(session, spec)
     nodes = recent_node_shapes.refresh(session)  # read once for every corner
@@ -56,7 +57,7 @@ def create(session: Session, spec: SweepSpec) -> Sweep:
     for point in corner_points(spec):
         trial = _trial_spec(raw_base, point)
         trial_resolved = {**jobs.resolve(trial), "inputs": resolved["inputs"]}
-        jobs.check_listed_inputs(session, trial, trial_resolved)
+        jobs.check_listed_inputs(trial, trial_resolved, listed)
         try:
             job_creation.check_fits(session, trial, trial_resolved, nodes)
         except job_creation.AdmissionRefusedError as refusal:
@@ -70,7 +71,11 @@ def create(session: Session, spec: SweepSpec) -> Sweep:
         project=spec.project,
         name=spec.name,
         spec=spec.model_dump(mode="json"),
-        base_resolved={"inputs": resolved["inputs"], "init_from": resolved["init_from"]},
+        base_resolved={
+            "inputs": resolved["inputs"],
+            "init_from": resolved["init_from"],
+            "listed_inputs": job_creation.listed_to_json(listed),
+        },
         state=SweepState.RUNNING.value,
     )
     session.add(sweep)

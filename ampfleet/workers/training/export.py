@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 from torch import nn
 
 from ampfleet.core.artifact_names import (
@@ -112,16 +111,18 @@ def _recipe_files(export_dir: Path) -> list[ExportedFile]:
 
 def lineage_of(spec: dict[str, Any], run: RunSummary) -> dict[str, Any]:
     """What the model came from: each input by content (a shared folder by its path, which
-    the platform does not hash), and the precision it was trained in."""
-    inputs = {
-        name: (
-            {"path": item["path"]}
-            if "path" in item
-            else {"dataset": f"{item['name']}@{item['version']}", "sha256": item["sha256"]}
-        )
-        for name, item in (spec.get("inputs") or {}).items()
-    }
+    the platform does not hash; an earlier job's model by that job and the digest of its
+    files' listing), and the precision it was trained in."""
+    inputs = {name: _input_lineage(item) for name, item in (spec.get("inputs") or {}).items()}
     return {"inputs": inputs, "precision": run.precision, "allreduce_dtype": run.allreduce_dtype}
+
+
+def _input_lineage(item: dict[str, Any]) -> dict[str, Any]:
+    if "path" in item:
+        return {"path": item["path"]}
+    if "job" in item:
+        return {"job": item["job"], "sha256": item["sha256"]}
+    return {"dataset": f"{item['name']}@{item['version']}", "sha256": item["sha256"]}
 
 
 def master_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -206,6 +207,8 @@ def _weights(
     run: RunSummary,
     lineage: dict[str, str],
 ) -> ExportedFile:
+    from safetensors.torch import save_file  # at the run's end, not its start
+
     # safetensors metadata is str -> str; it travels with the file wherever it is copied.
     metadata = {
         "format": "pt",

@@ -62,8 +62,9 @@ class LoopConfig:
     there (profiling.py), and the rank beats there (heartbeat.py). None: neither."""
     straggler_factor: float = 1.5
     straggler_reports: int = 3
+    straggler_sustained_s: float = 60.0
     """A rank this many times slower than the others' median for this many reported steps
-    in a row is a straggler (stragglers.py)."""
+    in a row, spanning at least these seconds, is a straggler (stragglers.py)."""
     rank_nodes: tuple[str, ...] = ()
     """The node each rank runs on, by rank, where the agent said."""
     attempt: int = 1

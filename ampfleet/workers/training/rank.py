@@ -96,6 +96,7 @@ def train(
         seed=spec.seed,
         output_dir=run_dir.output_dir,
         inputs=resolved.inputs,
+        export_dtype=spec.export.dtype,
     )
     task = recipe.build(resolved.hyperparameters, context)
     seed_everything(spec.seed + rank)
@@ -122,6 +123,7 @@ def train(
         run_dir=run_dir.path,
         straggler_factor=spec.monitoring.straggler_factor,
         straggler_reports=spec.monitoring.straggler_reports,
+        straggler_sustained_s=spec.monitoring.straggler_sustained_s,
         rank_nodes=nodes_of_ranks(job["node"]),
         attempt=int(job.get("attempt") or 1),
         initial=Initial.of_job(job),

@@ -28,6 +28,9 @@ class RecipeContext:
     inputs: Mapping[str, Path] = field(default_factory=dict)
     """The spec's `inputs`, read-only, by name: the folder of an archive dataset or a shared
     folder, the path of a single-file dataset."""
+    export_dtype: str = "fp32"
+    """The dtype the spec asks the exported model in (`export.dtype`): a recipe's own
+    formats (`TrainingTask.export`) write their weights in it."""
 
 
 @dataclass
@@ -77,6 +80,13 @@ class TrainingTask:
     `hf/` is listed as a model artifact) from the trained weights (the whole state dict, on
     the CPU, as model.safetensors holds it). Returns the manifest's `lineage` of the model
     (method, base), beside the inputs' sha256 and the precision the platform adds."""
+
+    samples: Callable[[nn.Module], str] | None = None
+    """Text the model generates at each evaluation (a language model completing a few
+    fixed prompts): called on every rank, in eval mode under the job's autocast and
+    no_grad, with the model as the loop holds it (sharded under FSDP, where every forward
+    is collective, so every rank must run the same number of them). Rank 0's text is kept
+    as the artifact `samples/step-<step>.txt`."""
 
     def build_optimizer(self, model: nn.Module) -> Optimizer:
         if self.make_optimizer is not None:

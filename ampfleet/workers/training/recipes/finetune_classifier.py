@@ -112,7 +112,7 @@ def build(hp: ClassifierHyperparameters, ctx: RecipeContext) -> TrainingTask:
     model = load_model(base, hp)
 
     def export(trained: dict[str, torch.Tensor], export_dir: Path) -> dict[str, Any]:
-        lineage = export_folders(base, hp, tokenizer, trained, export_dir)
+        lineage = export_folders(base, hp, tokenizer, trained, export_dir, ctx.export_dtype)
         return {**lineage, "labels": names}
 
     return TrainingTask(

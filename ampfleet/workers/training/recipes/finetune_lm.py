@@ -6,7 +6,9 @@ EOS, or every token with `completion_only_loss: false` (a `{"text"}` line has no
 all of it counts). Examples are cut to `max_seq_length`; one left with nothing to learn is
 dropped. The loss is the mean over a micro-batch's labelled tokens; validation reports the
 mean over every labelled token of the validation set (`val_loss`, and its `val_perplexity`).
-At the end the merged model completes a few fixed prompts greedily into outputs/samples.txt.
+At each evaluation the model completes a few fixed prompts greedily (`sample_prompts`, or
+the first validation prompts): the job's `samples/step-<step>.txt`; at the end the merged
+model does the same into outputs/samples.txt.
 Its hyperparameters and input checks live in ampfleet/recipes/finetune.py.
 """
 
@@ -97,25 +99,34 @@ def _eval_finalize(sums: dict[str, float]) -> dict[str, float]:
     return {"val_loss": loss, "val_perplexity": math.exp(min(loss, 50.0))}
 
 
-def write_samples(
-    model: nn.Module, tokenizer: Any, prompts: list[str], max_new_tokens: int, path: Path
-) -> None:
-    """Greedy completions of `prompts` by the merged model, one block per prompt."""
-    model.eval()
+def completed(
+    model: nn.Module, ids: torch.Tensor, max_new_tokens: int, eos: int | None
+) -> list[int]:
+    """Greedy decoding of one prompt, `ids` (1 x length): exactly `max_new_tokens` forward
+    passes over the sequence so far, whatever it generates (under FSDP each pass is
+    collective, so no rank may stop early); what comes after the first EOS is dropped. The
+    model's own forward, not `generate`: a sharded model's root gathers its parameters in
+    its own forward, which a peft model's `generate` bypasses. No key/value cache: the
+    samples are a few short completions, and the cache's argument names differ between
+    the transformers releases the recipe takes."""
+    tokens: list[int] = []
+    for _ in range(max_new_tokens):
+        token = model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)
+        tokens.append(int(token))
+        ids = torch.cat([ids, token], dim=1)
+    return tokens[: tokens.index(eos)] if eos in tokens else tokens
+
+
+def samples_text(model: nn.Module, tokenizer: Any, prompts: list[str], max_new_tokens: int) -> str:
+    """Each prompt and the model's greedy completion of it, one block per prompt."""
+    device = next(model.parameters()).device
     blocks = []
-    with torch.no_grad():
-        for prompt in prompts:
-            encoded = tokenizer(prompt, return_tensors="pt")
-            generated = model.generate(  # type: ignore[operator]
-                **encoded,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id or 0,
-            )
-            new = generated[0, encoded["input_ids"].shape[1] :]
-            completion = tokenizer.decode(new, skip_special_tokens=True)
-            blocks.append(f"### prompt\n{prompt}\n### completion\n{completion}\n")
-    path.write_text("\n".join(blocks), encoding="utf-8")
+    for prompt in prompts:
+        ids = tokenizer(prompt, return_tensors="pt")["input_ids"].to(device)
+        new = completed(model, ids, max_new_tokens, tokenizer.eos_token_id)
+        completion = tokenizer.decode(new, skip_special_tokens=True)
+        blocks.append(f"### prompt\n{prompt}\n### completion\n{completion}\n")
+    return "\n".join(blocks)
 
 
 def build(hp: CausalLMHyperparameters, ctx: RecipeContext) -> TrainingTask:
@@ -149,13 +160,20 @@ def build(hp: CausalLMHyperparameters, ctx: RecipeContext) -> TrainingTask:
         pad_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
     prompts = hp.sample_prompts or [p for p, _ in val_pairs[:SAMPLE_PROMPTS] if p]
 
-    def export(trained: dict[str, torch.Tensor], export_dir: Path) -> dict[str, Any]:
-        def samples(merged: nn.Module) -> None:
-            if prompts and ctx.output_dir is not None:
-                path = ctx.output_dir / SAMPLES_FILE
-                write_samples(merged, tokenizer, prompts, hp.sample_max_new_tokens, path)
+    def samples(model: nn.Module) -> str:
+        return samples_text(model, tokenizer, prompts, hp.sample_max_new_tokens)
 
-        return export_folders(base, hp, tokenizer, trained, export_dir, after=samples)
+    def export(trained: dict[str, torch.Tensor], export_dir: Path) -> dict[str, Any]:
+        def keep_samples(merged: nn.Module) -> None:
+            if prompts and ctx.output_dir is not None:
+                merged.eval()
+                with torch.no_grad():
+                    text = samples(merged)
+                (ctx.output_dir / SAMPLES_FILE).write_text(text, encoding="utf-8")
+
+        return export_folders(
+            base, hp, tokenizer, trained, export_dir, ctx.export_dtype, after=keep_samples
+        )
 
     return TrainingTask(
         model=model,
@@ -171,4 +189,5 @@ def build(hp: CausalLMHyperparameters, ctx: RecipeContext) -> TrainingTask:
         collate_fn=partial(collate, pad_id=pad_id),
         blocks=blocks_of(model),
         export=export,
+        samples=samples if prompts else None,
     )

@@ -9,10 +9,11 @@ half precision by the platform (parallel.hold_frozen_in), and only the adapters'
 are ever reduced.
 
 The export writes Hugging Face folders beside model.safetensors: `hf/merged/` (config,
-model.safetensors, tokenizer: what `from_pretrained` loads as is) and, for LoRA, the peft
-adapter `hf/adapter/`. They are rebuilt on the CPU from the base folder and the trained
-parameters, so the merged weights are the base's own (in the dtype its files hold) plus the
-adapters' fp32 update, not a half-precision copy of them.
+model.safetensors, tokenizer: what `from_pretrained` loads as is) in the dtype the spec's
+`export.dtype` asks, and, for LoRA, the peft adapter `hf/adapter/` (fp32). They are rebuilt
+on the CPU from the base folder and the trained parameters, so the merged weights are the
+base's own plus the adapters' fp32 update, merged in fp32 and rounded once to the asked
+dtype, not merged from a half-precision copy of them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from torch import nn
 from ampfleet.core.artifact_names import HF_PREFIX
 from ampfleet.recipes.finetune import FineTuneHyperparameters
 from ampfleet.recipes.finetune_inputs import LORA_TARGETS
+from ampfleet.workers.training.precision import DTYPES
 
 # Belt and braces beside local_files_only: no hub call from a rank, whatever a library does.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -127,11 +129,13 @@ def export_folders(
     tokenizer: Any,
     trained: dict[str, torch.Tensor],
     export_dir: Path,
+    dtype: str,
     after: Callable[[nn.Module], None] | None = None,
 ) -> dict[str, Any]:
-    """Rank 0, at the end: `hf/merged/` and, for LoRA, `hf/adapter/` from the trained
-    master weights; `after(merged)` may use the merged model (samples). Returns the
-    manifest's lineage of the method."""
+    """Rank 0, at the end: `hf/merged/` in `dtype` (the spec's export.dtype) and, for
+    LoRA, `hf/adapter/` (fp32, as the adapters trained) from the trained master weights;
+    `after(merged)` may use the merged model (samples). Returns the manifest's lineage of
+    the method."""
     model: Any = load_model(base, hp)
     trainable, total = trainable_counts(model)
     wanted = {name for name, p in model.named_parameters() if p.requires_grad}
@@ -146,12 +150,14 @@ def export_folders(
         tokenizer.save_pretrained(root / ADAPTER)
         model = model.merge_and_unload()
     model.config.use_cache = True
+    model = model.to(DTYPES[dtype])
     model.save_pretrained(root / MERGED, safe_serialization=True)
     tokenizer.save_pretrained(root / MERGED)
     if after is not None:
         after(model)
     lineage: dict[str, Any] = {
         "method": hp.method,
+        "merged_dtype": dtype,
         "trained_parameters": trainable,
         "parameters": total,
     }

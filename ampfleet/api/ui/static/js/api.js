@@ -1,12 +1,23 @@
-// The API client: the key from the login form, the error envelope, and SSE over fetch().
+// The API client: the key from the login form (or a login link's session), the error
+// envelope, and SSE over fetch().
 import { SseParser } from "./sse.js";
 
 const KEY_NAME = "ampfleet.apiKey";
+const WHO_NAME = "ampfleet.who";
 
+/** What every request presents (a typed key, or a console session from a login link) and
+ * how the top bar names it; both for this tab only. */
 export const credentials = {
   get: () => sessionStorage.getItem(KEY_NAME),
-  set: (key) => sessionStorage.setItem(KEY_NAME, key),
-  clear: () => sessionStorage.removeItem(KEY_NAME),
+  who: () => sessionStorage.getItem(WHO_NAME),
+  set: (key, who = `key ${key.slice(0, 8)}…`) => {
+    sessionStorage.setItem(KEY_NAME, key);
+    sessionStorage.setItem(WHO_NAME, who);
+  },
+  clear: () => {
+    sessionStorage.removeItem(KEY_NAME);
+    sessionStorage.removeItem(WHO_NAME);
+  },
 };
 
 /** An API error, from the envelope {"error": {"code", "message", "details"}}. */

@@ -4,7 +4,9 @@ import { fill, h } from "./dom.js";
 import { fleetPage } from "./pages/fleet.js";
 import { jobPage } from "./pages/job.js";
 import { jobsPage } from "./pages/jobs.js";
-import { loginPage } from "./pages/login.js";
+import { loginPage, openSession } from "./pages/login.js";
+import { sweepPage } from "./pages/sweep.js";
+import { sweepsPage } from "./pages/sweeps.js";
 
 const view = document.getElementById("view");
 const banner = document.getElementById("error");
@@ -43,6 +45,8 @@ export function clearError() {
 const routes = [
   [/^#\/jobs\/([A-Za-z0-9_-]+)$/, (ctx, m) => jobPage(ctx, m[1])],
   [/^#\/jobs(?:\?(.*))?$/, (ctx, m) => jobsPage(ctx, new URLSearchParams(m[1] || ""))],
+  [/^#\/sweeps\/([A-Za-z0-9_-]+)$/, (ctx, m) => sweepPage(ctx, m[1])],
+  [/^#\/sweeps$/, (ctx) => sweepsPage(ctx)],
   [/^#\/fleet$/, (ctx) => fleetPage(ctx)],
 ];
 
@@ -61,11 +65,11 @@ function render() {
   const key = credentials.get();
   nav.hidden = !key;
   logout.hidden = !key;
-  whoami.textContent = key ? `key ${key.slice(0, 8)}…` : "";
+  whoami.textContent = key ? credentials.who() || `key ${key.slice(0, 8)}…` : "";
   if (!key) {
     fill(view);
     loginPage(ctx, () => {
-      if (!/^#\/(jobs|fleet)/.test(location.hash)) location.hash = "#/jobs";
+      if (!/^#\/(jobs|sweeps|fleet)/.test(location.hash)) location.hash = "#/jobs";
       else render();
     });
     return;
@@ -96,5 +100,22 @@ logout.addEventListener("click", () => {
   render();
 });
 
+// `ampfleet ui` opens #login=<token>. The token leaves the address bar and this history
+// entry before anything else happens, then is traded for a session.
+async function start() {
+  const link = /^#login=(.*)$/.exec(location.hash);
+  if (link) {
+    history.replaceState(null, "", `${location.pathname}${location.search}#/jobs`);
+    try {
+      await openSession(link[1]);
+    } catch (error) {
+      render();
+      showError(error, "the login link was refused");
+      return;
+    }
+  }
+  render();
+}
+
 window.addEventListener("hashchange", render);
-render();
+start();

@@ -1,18 +1,19 @@
-// Hand-written SVG charts: lines (metric curves) and stacked bars (step-time breakdown).
+// Hand-written SVG charts: lines (metric curves) and stacked bars (step-time breakdown), and
+// the pieces other charts are built of (sweepcharts.js).
 import { num } from "./dom.js";
 
 const SVG = "http://www.w3.org/2000/svg";
-const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777"];
+export const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777"];
 const MAX_POINTS = 800; // per drawn line; more than a chart's width in pixels
 
-function s(tag, attrs = {}, text) {
+export function s(tag, attrs = {}, text) {
   const el = document.createElementNS(SVG, tag);
   for (const [name, value] of Object.entries(attrs)) el.setAttribute(name, String(value));
   if (text !== undefined) el.textContent = text;
   return el;
 }
 
-function niceTicks(lo, hi, count = 5) {
+export function niceTicks(lo, hi, count = 5) {
   if (!(hi > lo)) {
     const pad = Math.abs(lo) * 0.1 || 1;
     return niceTicks(lo - pad, hi + pad, count);
@@ -33,7 +34,7 @@ function thin(points, max = MAX_POINTS) {
   return Array.from({ length: max }, (_, i) => points[Math.round(i * stride)]);
 }
 
-function frame(container, width, height, { xLabel, emptyText }, hasData) {
+export function frame(container, width, height, { xLabel, emptyText }, hasData) {
   const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, class: "chart", role: "img" });
   container.replaceChildren(svg);
   if (!hasData) {
@@ -44,7 +45,7 @@ function frame(container, width, height, { xLabel, emptyText }, hasData) {
   return svg;
 }
 
-function axes(svg, box, xs, ys, yFormat) {
+export function axes(svg, box, xs, ys, yFormat) {
   const grid = s("g", { class: "grid" });
   for (const y of ys.ticks) {
     const py = ys.scale(y);
@@ -59,7 +60,7 @@ function axes(svg, box, xs, ys, yFormat) {
   svg.append(grid);
 }
 
-function legend(container, entries) {
+export function legend(container, entries) {
   const list = document.createElement("ul");
   list.className = "legend";
   for (const { label, color } of entries) {
@@ -74,7 +75,7 @@ function legend(container, entries) {
 }
 
 /** [min, max] of the finite values (no spread: a long series would overflow the stack). */
-function extent(values) {
+export function extent(values) {
   let lo = Infinity;
   let hi = -Infinity;
   for (const v of values) {
@@ -85,7 +86,7 @@ function extent(values) {
   return lo <= hi ? [lo, hi] : [0, 1];
 }
 
-function linear(domainLo, domainHi, rangeLo, rangeHi) {
+export function linear(domainLo, domainHi, rangeLo, rangeHi) {
   const span = domainHi - domainLo || 1;
   return (v) => rangeLo + ((v - domainLo) / span) * (rangeHi - rangeLo);
 }
@@ -115,24 +116,35 @@ function yAxis(values, box, log) {
 
 /**
  * series: [{name, points: [[step, value], ...]}]; draws one <polyline class="series">
- * per non-empty series, with data-series (its name) and data-points (how many points it has).
+ * per non-empty series, with data-series (its name) and data-points (how many points it has);
+ * a series with `dots: true` is drawn as a <g class="series-dots"> of circles instead (one
+ * per point, with data-x and data-y), for values that are no curve.
  * `log`: a logarithmic y axis, where every value is positive (the svg's data-scale says
- * which one was drawn: "log" or "linear").
+ * which one was drawn: "log" or "linear"). `xWhole`: ticks only at whole x (trial numbers).
  */
-export function lineChart(container, series, { width = 560, height = 220, xLabel = "step", yFormat = num, emptyText, log = false } = {}) {
+export function lineChart(container, series, { width = 560, height = 220, xLabel = "step", yFormat = num, emptyText, log = false, xWhole = false } = {}) {
   const drawn = series.filter((one) => one.points.length);
   const svg = frame(container, width, height, { xLabel, emptyText }, drawn.length > 0);
   if (!drawn.length) return;
   const [xLo, xHi] = extent(drawn.flatMap((one) => one.points.map((p) => p[0])));
   const box = { left: 56, right: width - 12, top: 10, bottom: height - 28 };
-  const xTicks = niceTicks(xLo, xHi, 6).filter((t) => t >= xLo && t <= xHi);
+  const xTicks = niceTicks(xLo, xHi, 6).filter((t) => t >= xLo && t <= xHi && (!xWhole || Number.isInteger(t)));
   const xs = { ticks: xTicks, scale: linear(xLo, xHi, box.left, box.right) };
   const ys = yAxis(drawn.flatMap((one) => one.points.map((p) => p[1])), box, log);
   svg.dataset.scale = ys.log ? "log" : "linear";
   axes(svg, box, xs, ys, yFormat);
   drawn.forEach((one, index) => {
     const color = one.color || PALETTE[index % PALETTE.length];
-    const coords = thin(one.points.filter((p) => Number.isFinite(p[1]) && (!ys.log || p[1] > 0)))
+    const shown = thin(one.points.filter((p) => Number.isFinite(p[1]) && (!ys.log || p[1] > 0)));
+    if (one.dots) {
+      const dots = s("g", { class: "series-dots", "data-series": one.name, "data-points": one.points.length });
+      for (const [x, y] of shown) {
+        dots.append(s("circle", { cx: xs.scale(x).toFixed(1), cy: ys.scale(y).toFixed(1), r: 4, fill: color, "data-x": x, "data-y": y }));
+      }
+      svg.append(dots);
+      return;
+    }
+    const coords = shown
       .map(([x, y]) => `${xs.scale(x).toFixed(1)},${ys.scale(y).toFixed(1)}`)
       .join(" ");
     svg.append(s("polyline", {

@@ -143,3 +143,26 @@ export function precisionText(setting) {
 export function commandText(command) {
   return command.map((arg) => (/^[\w@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replaceAll("'", "'\"'\"'")}'`)).join(" ");
 }
+
+/**
+ * `run` (returns a promise) one at a time: called while a run is in flight, it runs once
+ * more after that one (a state change mid-load is not lost), unless `signal` was aborted.
+ */
+export function singleFlight(run, signal) {
+  let running = null;
+  let again = false;
+  const call = () => {
+    if (running) {
+      again = true;
+      return;
+    }
+    running = run().finally(() => {
+      running = null;
+      if (again && !signal.aborted) {
+        again = false;
+        call();
+      }
+    });
+  };
+  return call;
+}

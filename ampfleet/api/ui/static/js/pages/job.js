@@ -9,6 +9,7 @@
 import { api, follow } from "../api.js";
 import { TERMINAL, ageOf, clockTime, commandText, duration, fill, h, num, progressBar, setProgress, stateBadge } from "../dom.js";
 import { artifactsPanel } from "./jobartifacts.js";
+import { samplesPanel } from "./jobsamples.js";
 import { logsPanel } from "./joblogs.js";
 import { MetricStore, drawMetrics, headline, metricPanels } from "./jobmetrics.js";
 import { profilePanel } from "./jobprofile.js";
@@ -80,6 +81,7 @@ export function jobPage(ctx, jobId) {
   const { el: charts, panels } = metricPanels();
   charts.lossLog.addEventListener("change", () => drawMetrics(charts, store, job));
   const artifacts = artifactsPanel(ctx, jobId);
+  const samples = samplesPanel(ctx, jobId);
   const profile = profilePanel(ctx, jobId, { onDone: () => artifacts.load() });
   ctx.view.append(head, h("p", { class: "muted" }, "Loading…"));
 
@@ -259,6 +261,7 @@ export function jobPage(ctx, jobId) {
       if (event === "state" || data.reason === "profile") profile.load(); // a job leaving RUNNING ends its profile
       if (event === "state" && data.to_state) {
         artifacts.load(); // a SUCCEEDED job's model is listed by then; a requeue's checkpoint too
+        samples.load();
         if (data.to_state !== job.state) {
           job.state = data.to_state;
           drawSummary();
@@ -268,6 +271,8 @@ export function jobPage(ctx, jobId) {
     } else if (event === "metrics") {
       store.add(data.points || []);
       queueDraw();
+      // An evaluation's metrics: its samples are listed about now.
+      if ((data.points || []).some((p) => p.name.startsWith("val_"))) samples.load();
     } else if (event === "progress") {
       const stateChanged = data.state !== job.state;
       job.state = data.state;
@@ -315,6 +320,7 @@ export function jobPage(ctx, jobId) {
       head,
       h("section", { class: "panel wide" }, summary, actions, progress),
       h("div", { class: "grid" }, panels, h("section", { class: "panel" }, h("h2", {}, "Timeline"), timeline), spec.el, code.el),
+      samples.el,
       profile.el,
       artifacts.el,
       logsPanel(ctx, jobId, job.gang_size, !TERMINAL.has(job.state)));
@@ -323,6 +329,7 @@ export function jobPage(ctx, jobId) {
     code.draw(job.spec);
     drawMetrics(charts, store, job);
     artifacts.load();
+    samples.load();
     profile.load();
     const ticker = setInterval(() => { if (job) drawAges(); }, TICK_MS);
     ctx.signal.addEventListener("abort", () => clearInterval(ticker));

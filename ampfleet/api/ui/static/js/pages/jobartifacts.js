@@ -9,7 +9,7 @@
 // SubtleCrypto (https, or the local machine) the bytes are checked against the listed sha256
 // before they are saved.
 import { ApiError, api, fetchBlob } from "../api.js";
-import { ageOf, bytes, fill, h, num, syncRows } from "../dom.js";
+import { ageOf, bytes, fill, h, num, singleFlight, syncRows } from "../dom.js";
 
 const MANIFEST = "manifest.json";
 const SHA_SHOWN = 12; // hex digits in the table; the full digest is in the title
@@ -146,31 +146,15 @@ export function artifactsPanel(ctx, jobId) {
     }
   };
 
-  // Single flight, and once more after it when asked meanwhile (a state change mid-load).
-  let loading = null;
-  let again = false;
-  const load = () => {
-    if (loading) {
-      again = true;
-      return;
-    }
-    loading = api(`/v1/jobs/${encodeURIComponent(jobId)}/artifacts`, { signal: ctx.signal })
-      .then(async ({ items }) => {
-        // Rows are immutable once listed (a name is written once), so a reload only adds.
-        syncRows(body, rows, items, { key: (a) => a.name, create, update: () => {} });
-        if (!items.length) body.append(h("tr", {}, h("td", { class: "empty", colspan: 6 }, "Nothing stored yet.")));
-        count.textContent = `${items.length} stored`;
-        if (!manifestShown && items.some((a) => a.name === MANIFEST)) await showManifest();
-      })
-      .catch((error) => ctx.showError(error, "listing the job's artifacts"))
-      .finally(() => {
-        loading = null;
-        if (again && !ctx.signal.aborted) {
-          again = false;
-          load();
-        }
-      });
-  };
+  const load = singleFlight(() => api(`/v1/jobs/${encodeURIComponent(jobId)}/artifacts`, { signal: ctx.signal })
+    .then(async ({ items }) => {
+      // Rows are immutable once listed (a name is written once), so a reload only adds.
+      syncRows(body, rows, items, { key: (a) => a.name, create, update: () => {} });
+      if (!items.length) body.append(h("tr", {}, h("td", { class: "empty", colspan: 6 }, "Nothing stored yet.")));
+      count.textContent = `${items.length} stored`;
+      if (!manifestShown && items.some((a) => a.name === MANIFEST)) await showManifest();
+    })
+    .catch((error) => ctx.showError(error, "listing the job's artifacts")), ctx.signal);
   reload.addEventListener("click", load);
 
   const el = [

@@ -1,19 +1,24 @@
 // What a job brought with it: its code bundle (a recipe's entrypoint or a script's command,
 // sha256, requirements, the files as unpacked on the nodes) and its inputs (each dataset
-// version or shared folder, by the name the recipe reads it under). Shown only for jobs that
-// have either.
+// version, shared folder or earlier job's model, by the name the recipe reads it under).
+// Shown only for jobs that have either.
 import { api } from "../api.js";
 import { bytes, commandText, fill, h } from "../dom.js";
 
 const FILES_SHOWN = 200;
 
+function inputSource(item) {
+  if (item.path) return h("code", {}, `file://${item.path}`);
+  if (item.job) {
+    return h("span", {}, "the model of ", h("a", { href: `#/jobs/${encodeURIComponent(item.job)}` }, item.job),
+      ` (${item.files.length} files, digest ${item.sha256.slice(0, 12)})`);
+  }
+  return h("span", {}, h("code", {}, `${item.name}@${item.version}`), ` (${item.dataset}, sha256 ${item.sha256.slice(0, 12)})`);
+}
+
 function inputRows(inputs) {
-  return Object.entries(inputs).map(([name, item]) => {
-    const source = item.path
-      ? h("code", {}, `file://${item.path}`)
-      : h("span", {}, h("code", {}, `${item.name}@${item.version}`), ` (${item.dataset}, sha256 ${item.sha256.slice(0, 12)})`);
-    return h("tr", { dataset: { input: name } }, h("td", {}, h("code", {}, name)), h("td", {}, source));
-  });
+  return Object.entries(inputs).map(([name, item]) =>
+    h("tr", { dataset: { input: name } }, h("td", {}, h("code", {}, name)), h("td", {}, inputSource(item))));
 }
 
 function fileTable(files) {

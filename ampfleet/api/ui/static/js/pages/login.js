@@ -1,4 +1,5 @@
-// Login: the API key is checked against the API, then kept for this tab only.
+// Login: the API key is checked against the API, then kept for this tab only. A login link
+// (`ampfleet ui`) is traded for a console session instead, kept the same way.
 import { api, credentials } from "../api.js";
 import { h } from "../dom.js";
 
@@ -19,6 +20,9 @@ export function loginPage(ctx, onLoggedIn) {
       "Any ampfleet API key. The key is sent as ",
       h("code", {}, "Authorization: Bearer"),
       " on each request and kept in this tab's session storage only."),
+    h("p", { class: "muted" },
+      "Or run ", h("code", {}, "ampfleet ui"),
+      " where your key is configured: it opens the console logged in, with a link that works once."),
   );
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -39,4 +43,11 @@ export function loginPage(ctx, onLoggedIn) {
   });
   ctx.view.append(form);
   input.focus();
+}
+
+/** Trades a login link's one-time token for a console session: the key that asked for the
+ * link never reaches the browser. Throws ApiError (login_token_expired, _used, _invalid). */
+export async function openSession(token, signal) {
+  const opened = await api("/v1/console-sessions", { method: "POST", body: { token }, key: "", signal });
+  credentials.set(opened.session, `${opened.role} key of ${opened.project} (console session)`);
 }
