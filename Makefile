@@ -11,7 +11,7 @@ TEST_STAMP := $(VENV)/.installed-test
 PYTEST_FLAGS ?=
 
 .PHONY: install install-dev run test test-all lint format bench clean ui-deps metrics-deps \
-	sandbox-deps services-deps slurm-deps
+	sandbox-deps services-deps slurm-deps sdk
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -89,6 +89,10 @@ test: lint ui-deps metrics-deps sandbox-deps services-deps slurm-deps
 
 test-all: lint ui-deps metrics-deps sandbox-deps services-deps slurm-deps
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)
+
+# The blocking SDK client is written from the async one (tools/unasync_sdk.py).
+sdk: install-dev
+	$(BIN)/python tools/unasync_sdk.py
 
 format: install-dev
 	$(BIN)/ruff format .

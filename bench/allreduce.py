@@ -7,23 +7,34 @@ link of that rate, for 2 and 3 hosts.
     python -m bench.allreduce --link 1gbit,10gbit [--hosts 2 3] [--sizes-mib 25 100]
 
 Each timing covers the whole hook's work on a persistent bucket, as DDP has one (divide,
-cast, reduce, cast back); the bucket is refilled before each timed call. A figure is the
-median of `reps` calls (slowest rank), a row the median of `runs` rounds in which the
-variants take turns call by call, so a burst of load on the machine hits them alike.
+cast, reduce, cast back); the bucket is refilled before each timed call. The variants take
+turns call by call, so a burst of load on the machine hits them alike, and a ratio is the
+median over `reps` turns of the variant's time over fp32's in the same turn (the slowest
+rank's times): a paired ratio, which load that comes and goes moves much less than it moves
+either time. A row gives the median of `runs` runs of each figure.
 `bytes` is what the half-precision hooks sent against fp32 (the larger of bf16 and fp16),
 read off the loopback interface's counters: what went over it, TCP headers included.
 
 `auto` is what `allreduce_dtype: auto` takes on that world: the job's own start-up
 measurement (fp32 against every half-precision wire) runs first, and its pick is timed with
 the rest; the picks are printed under each row. Also shown, all on bf16: gloo's own
-half-precision all_reduce (one of `auto`'s wires; it sums in bf16); our ring, which ranks
-use from three on, run here on two; and the two halves of our two-rank
-hook's cost measured apart: `wire` moves its half-precision bytes with no arithmetic,
-`casts` does its arithmetic (divide, cast, widen, add) with no transfer. On a link, also:
-`swap`, the two-rank swap through one process group (send and receive take turns), and
-`gather`, an all_gather of the wire values summed in fp32 (one rounding per contribution
-at any world size, (world size)/4 of fp32's bytes). `floor` is the hook's bytes over the
-link rate. On a link, bytes are read off each host's own interface.
+half-precision all_reduce in one call (`gloo_bf16`; it sums in bf16) and as `auto`'s gloo
+wire runs it, in pieces cast and widened while the others are reduced (`gloo_wire`); our
+ring, which ranks use from three on, run here on two (a process group per direction, as
+`auto` times it); and the two halves of our two-rank
+hook's cost measured apart: `wire` moves its half-precision bytes with no arithmetic (as
+the swap does: a process group per direction, in pieces), `casts` does its arithmetic
+(divide, cast, widen, add) with no transfer. On a link, also: `swap`, the two-rank swap
+through one process group (send and receive take turns), and `gather`, an all_gather of the
+wire values summed in fp32 (one rounding per contribution at any world size, (world
+size)/4 of fp32's bytes), and `late_recv`, the pipelined swap with each receive posted
+beside its own piece's send, as it was before the hook posted every receive first. `floor`
+is the hook's bytes over the link rate. On a link, bytes are read off each host's own
+interface.
+
+Under the times, the CPU each call cost (the busier rank's process, its threads and gloo's
+together, in its own CPU time, which other work on the machine does not stretch): where a
+reduction's time goes when the link is faster than the casts.
 """
 
 from __future__ import annotations
@@ -38,21 +49,25 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ampfleet.workers.training.allreduce import (
-    AllReduceState,
-    compressed_all_reduce_,
-    measure_auto,
-)
+from ampfleet.workers.training.allreduce import AllReduceState, compressed_all_reduce_
+from ampfleet.workers.training.allreduce_auto import measure_auto
 from ampfleet.workers.training.ring import (
+    PIPELINE_CHUNKS,
+    SLICE_ELEMENTS,
     PairDirections,
     Workspace,
+    add_pair_,
+    compress_,
+    gloo_average_,
     pair_average_,
     ring_average_,
 )
 from tests.support.localranks import run_ranks
 
-VARIANTS = ("fp32", "bf16", "fp16", "auto", "gloo_bf16", "ring_bf16", "wire", "casts")
-LINK_VARIANTS = ("fp32", "bf16", "fp16", "auto", "gloo_bf16", "ring_bf16", "swap", "gather")
+VARIANTS = (
+    "fp32", "bf16", "fp16", "auto", "gloo_bf16", "gloo_wire", "ring_bf16", "wire", "casts"
+)  # fmt: skip
+LINK_VARIANTS = (*VARIANTS, "swap", "gather", "late_recv")
 # Where the ranks' bytes are counted: loopback carries every rank's (shared), a host of the
 # bed only its own.
 INTERFACE = {"loopback": "lo", "link": "eth0"}
@@ -87,20 +102,25 @@ def _timed_rounds(
     for name, fn in functions.items():  # warm-up (first touch of workspace pages), bytes
         refill()
         sent[name] = _sent_bytes(fn, dist.get_world_size(), interface)
-    times: dict[str, list[float]] = {name: [] for name in functions}
+    turns = []  # per turn, per variant: (wall, CPU) seconds
     for _ in range(reps):
-        for name, fn in functions.items():
+        turn = []
+        for fn in functions.values():
             refill()
             dist.barrier()
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             fn()
-            times[name].append(time.perf_counter() - started)
-    medians = torch.tensor([statistics.median(times[name]) for name in functions])
-    dist.all_reduce(medians, op=dist.ReduceOp.MAX)  # every rank reports the slowest
+            turn.append((time.perf_counter() - started, time.process_time() - cpu_started))
+        turns.append(turn)
+    table = torch.tensor(turns, dtype=torch.float64)  # turn, variant, (wall, CPU)
+    dist.all_reduce(table, op=dist.ReduceOp.MAX)  # every rank reports the slowest
     most = torch.tensor([sent[name] for name in functions])
     dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    wall, cpu = table[..., 0], table[..., 1]
     return {
-        "seconds": dict(zip(functions, medians.tolist(), strict=True)),
+        "seconds": dict(zip(functions, wall.median(0).values.tolist(), strict=True)),
+        "ratio": dict(zip(functions, (wall / wall[:, :1]).median(0).values.tolist(), strict=True)),
+        "cpu": dict(zip(functions, cpu.median(0).values.tolist(), strict=True)),
         "sent": dict(zip(functions, most.tolist(), strict=True)),
     }
 
@@ -117,7 +137,9 @@ def _variants(
     gathered = torch.empty(world_size * numel, dtype=torch.bfloat16)
     # One workspace per variant, as a job has (its wire dtype is fixed): a shared one would
     # reallocate at every dtype change, and fresh pages are slow.
-    workspaces = {name: Workspace() for name in ("bf16", "fp16", "ring_bf16", "casts", "swap")}
+    workspaces = {
+        name: Workspace() for name in ("bf16", "fp16", "ring_bf16", "gloo_wire", "casts", "swap")
+    }
     # As attach() gives a job of two gloo ranks.
     directions = PairDirections() if world_size == 2 else None
     state = AllReduceState(dtype=torch.bfloat16, backend="gloo", directions=directions)
@@ -146,9 +168,51 @@ def _variants(
             bucket.add_(gathered[index * numel : (index + 1) * numel].float())
 
     def wire() -> None:
-        works = [dist.isend(mine, peer), dist.irecv(theirs, peer)]
+        # The swap's transfers (pipelined_pair_average_) without its arithmetic.
+        assert directions is not None
+        send_group, receive_group = directions.send_receive()
+        works = [
+            dist.irecv(piece, peer, group=receive_group)
+            for piece in theirs.tensor_split(PIPELINE_CHUNKS)
+        ]
+        for piece in mine.tensor_split(PIPELINE_CHUNKS):
+            works.append(dist.isend(piece, peer, group=send_group))
         for work in works:
             work.wait()  # type: ignore[union-attr]
+
+    scaled, widened = torch.empty(SLICE_ELEMENTS), torch.empty(SLICE_ELEMENTS)
+
+    def late_receives() -> None:
+        # The pipelined swap as it was, each receive posted beside its own piece's send:
+        # gloo sends a piece only once its receiver is ready, a round trip later.
+        assert directions is not None
+        send_group, receive_group = directions.send_receive()
+        pieces = list(
+            zip(
+                bucket.tensor_split(PIPELINE_CHUNKS),
+                mine.tensor_split(PIPELINE_CHUNKS),
+                theirs.tensor_split(PIPELINE_CHUNKS),
+                strict=True,
+            )
+        )
+        in_flight = []
+
+        def finish(index: int) -> None:
+            for work in in_flight[index]:
+                work.wait()  # type: ignore[union-attr]
+            add_pair_(*pieces[index], widened)
+
+        for index, (source, outgoing, incoming) in enumerate(pieces):
+            compress_(outgoing, source, 2, scaled)
+            in_flight.append(
+                (
+                    dist.isend(outgoing, peer, group=send_group),
+                    dist.irecv(incoming, peer, group=receive_group),
+                )
+            )
+            if index:
+                finish(index - 1)
+        finish(len(pieces) - 1)
 
     primed: list[bool] = []
 
@@ -178,15 +242,20 @@ def _variants(
         "bf16": ours(torch.bfloat16, workspaces["bf16"]),
         "fp16": ours(torch.float16, workspaces["fp16"]),
         "gloo_bf16": gloo_bf16,
-        "ring_bf16": lambda: ring_average_(bucket, torch.bfloat16, workspaces["ring_bf16"]),
+        "ring_bf16": lambda: ring_average_(
+            bucket, torch.bfloat16, workspaces["ring_bf16"], 0, directions
+        ),
+        "gloo_wire": lambda: gloo_average_(bucket, torch.bfloat16, workspaces["gloo_wire"]),
         "swap": lambda: pair_average_(bucket, torch.bfloat16, workspaces["swap"]),
         "gather": gather,
+        "late_recv": late_receives,
         "wire": wire,
         "casts": casts,
     }
     wanted: tuple[str, ...] = (*VARIANTS, "swap") if mode == "loopback" else LINK_VARIANTS
     if world_size != 2:  # the two-rank algorithms
-        wanted = tuple(name for name in wanted if name not in ("swap", "wire", "casts"))
+        two_ranks = ("swap", "wire", "casts", "late_recv")
+        wanted = tuple(name for name in wanted if name not in two_ranks)
     pick = f"{choice.dtype} by {choice.wire or 'default'}" if choice.dtype != "fp32" else "fp32"
     return {name: functions[name] for name in wanted}, lambda: bucket.copy_(gradients), pick
 
@@ -230,7 +299,7 @@ def _table(rounds: list[dict[float, Any]], sizes_mib: list[float], rate: str | N
         sent = {k: statistics.median(r[size]["sent"][k] for r in rounds) for k in names}
         bytes_ratio = max(sent["bf16"], sent["fp16"]) / sent["fp32"]
         fp32 = med["fp32"]
-        ratio = {k: med[k] / fp32 for k in names}
+        ratio = {k: statistics.median(r[size]["ratio"][k] for r in rounds) for k in names}
         floor = ""
         if rate:
             from tests.support.netbed import rate_bits
@@ -244,6 +313,9 @@ def _table(rounds: list[dict[float, Any]], sizes_mib: list[float], rate: str | N
         )
         picks = ", ".join(str(r[size]["pick"]) for r in rounds)
         print(f"{'':>8} auto picked, round by round: {picks}")
+        cpu = {k: statistics.median(r[size]["cpu"][k] for r in rounds) for k in names}
+        spent = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in cpu.items())
+        print(f"{'':>8} CPU ms per call: {spent}")
 
 
 def main() -> None:

@@ -48,7 +48,9 @@ def session() -> Iterator[Session]:
         yield db
 
 
-SessionDep = Annotated[Session, Depends(session)]
+# Committed before the response goes out, as ours does (a client that reads right after
+# its write must see it); FastAPI's default would commit after the response is sent.
+SessionDep = Annotated[Session, Depends(session, scope="function")]
 
 
 def key(db: Session, authorization: str) -> ApiKey:

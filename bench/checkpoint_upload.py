@@ -76,7 +76,7 @@ def _steps(
         guard_every_steps=0,
     )
     trainer = Trainer(task, cfg, writer)
-    trainer.batches = trainer.micro_batches(start=0)
+    trainer.batches = trainer.data.micro_batches(start=0)
     step_s: list[float] = []
     wait_s: list[float] = []  # after each step: the checkpoint write on its steps, else ~0
     write_s: list[float] = []

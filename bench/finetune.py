@@ -103,7 +103,7 @@ def train_and_measure(
             parallel=ParallelConfig(strategy="ddp"),
         )
         trainer = Trainer(task, cfg, writer=None)
-        trainer.batches = trainer.micro_batches(start=0)
+        trainer.batches = trainer.data.micro_batches(start=0)
         try:
             for _ in range(warmup):
                 trainer.step_once()

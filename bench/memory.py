@@ -69,6 +69,7 @@ def train_and_measure(
         RecipeContext(rank, world_size, torch.device("cpu"), 0),
     )
     parameters = sum(p.numel() for p in task.model.parameters())
+    resident = {"built": resident_mb()}
     with tempfile.TemporaryDirectory() as tmp:
         cfg = LoopConfig(
             max_steps=steps + 1,
@@ -91,10 +92,12 @@ def train_and_measure(
             parallel=ParallelConfig(strategy=strategy),
         )
         trainer = Trainer(task, cfg, writer=None)
-        trainer.batches = trainer.micro_batches(start=0)
+        resident["wrapped"] = resident_mb()
+        trainer.batches = trainer.data.micro_batches(start=0)
         try:
-            for _ in range(steps):
+            for step in range(steps):
                 reported = trainer.step_once()
+                resident["step 1" if step == 0 else "last step"] = resident_mb()
         finally:
             trainer.comm.close()
     return {
@@ -102,6 +105,25 @@ def train_and_measure(
         "idle_mb": idle / MB,
         "parameters": float(parameters),
         "step_s": reported["step_time_s"],
+        **{f"resident {phase}": mb for phase, mb in resident.items()},
+    }
+
+
+def resident_mb() -> float:
+    """This process's resident memory now (VmRSS), in MB: what it holds between phases,
+    where ru_maxrss says only the peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024 / MB
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def larger_rank(ranks: list[dict[str, float]]) -> dict[str, float]:
+    """Rank 0's figures, each memory figure the larger over ranks (as a job reports its peak:
+    rank 0's report carries the maximum over ranks)."""
+    return {
+        key: max(rank[key] for rank in ranks) if key.startswith("resident") else value
+        for key, value in ranks[0].items()
     }
 
 
@@ -133,6 +155,12 @@ def main() -> None:
         default=MODES,
         help="strategy:compute pairs, the first the baseline (default: all three)",
     )
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="also the larger rank's resident memory after the model is built, wrapped "
+        "(sharded under FSDP), after the first step and after the last",
+    )
     args = parser.parse_args()
     model = gpt_bench_model(args.d_model, args.layers, args.vocab)
     modes: list[tuple[str, str]] = args.modes
@@ -148,7 +176,7 @@ def main() -> None:
                 args.cap_mb,
                 timeout_s=1800,
             )
-            runs[mode].append(ranks[0])
+            runs[mode].append(larger_rank(ranks))
     first = runs[modes[0]][0]
     parameters, idle = first["parameters"], first["idle_mb"]
     print(
@@ -172,6 +200,13 @@ def main() -> None:
             f"{strategy:>8} {precision:>7} {peak:>12,.0f} {spread:>13} "
             f"{peak / baseline:>7.2f}x {floor:>9,.0f}"
         )
+    if args.phases:
+        phases = [key for key in runs[modes[0]][0] if key.startswith("resident ")]
+        print("resident MB of the larger rank, median:")
+        print(f"{'strategy':>8} {'compute':>7} " + " ".join(f"{p[9:]:>10}" for p in phases))
+        for mode, results in runs.items():
+            values = [statistics.median(r[p] for r in results) for p in phases]
+            print(f"{mode[0]:>8} {mode[1]:>7} " + " ".join(f"{v:>10,.0f}" for v in values))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from ampfleet.workers.heartbeat import Heartbeat
-from ampfleet.workers.training.ring import WIDEN_ELEMENTS
+from ampfleet.workers.training.ring import SLICE_ELEMENTS
 
 
 def _median_s(run: Callable[[], object], repeats: int) -> float:
@@ -39,14 +39,14 @@ def sum_costs(mib: float, repeats: int) -> tuple[float, float]:
     numel = int(mib * 2**20) // 4
     total = torch.randn(numel)
     theirs = torch.randn(numel).to(torch.bfloat16)
-    widened = torch.empty(WIDEN_ELEMENTS)
+    widened = torch.empty(SLICE_ELEMENTS)
 
     def mixed() -> None:
         total.add_(theirs)
 
     def widening() -> None:
-        for start in range(0, numel, WIDEN_ELEMENTS):
-            span = slice(start, start + WIDEN_ELEMENTS)
+        for start in range(0, numel, SLICE_ELEMENTS):
+            span = slice(start, start + SLICE_ELEMENTS)
             out = total[span]
             out.add_(widened[: out.numel()].copy_(theirs[span]))
 

@@ -66,8 +66,10 @@ def _steps(
     cuda: bool,
     strategy: str = "ddp",
     interface: str | None = None,
+    wire: str | None = None,
 ) -> dict[str, float]:
-    """`interface`: the link whose sent bytes to count over the timed steps (on a bed)."""
+    """`interface`: the link whose sent bytes to count over the timed steps (on a bed);
+    `wire`: the gloo half-precision wire (ring.ALGORITHMS) instead of the default one."""
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
@@ -103,7 +105,9 @@ def _steps(
             parallel=ParallelConfig(strategy=strategy),
         )
         trainer = Trainer(task, cfg, writer=None)
-        trainer.batches = trainer.micro_batches(start=0)
+        if wire:
+            trainer.comm.algorithm = wire
+        trainer.batches = trainer.data.micro_batches(start=0)
         try:
             for _ in range(warmup):
                 trainer.step_once()
@@ -155,6 +159,11 @@ def main() -> None:
         "--strategy", choices=["ddp", "compare"], default="ddp", help="compare: DDP vs FSDP, bf16"
     )
     parser.add_argument("--link", help="a rate (1gbit): 2 hosts x 1 rank over a shaped link")
+    parser.add_argument(
+        "--ring",
+        action="store_true",
+        help="CPU: also bf16 + bf16 AllReduce by the ring in the two-rank swap's place",
+    )
     args = parser.parse_args()
     if args.strategy == "compare":
         _compare_strategies(args)
@@ -162,26 +171,27 @@ def main() -> None:
     if args.link:
         _on_link(args)
         return
-    modes = GPU_MODES if args.gpu else CPU_MODES
+    modes: list[tuple[str, str, str | None]] = [
+        (precision, allreduce, None)
+        for precision, allreduce in (GPU_MODES if args.gpu else CPU_MODES)
+    ]
+    if args.ring and not args.gpu:
+        modes.append(("bf16", "bf16", "ring"))
     model = GPU_MODEL if args.gpu else CPU_MODEL
-    results: dict[tuple[str, str], list[dict[str, float]]] = {m: [] for m in modes}
+    results: dict[tuple[str, str, str | None], list[dict[str, float]]] = {m: [] for m in modes}
     for _ in range(args.runs):
-        for precision, allreduce in modes:
+        for precision, allreduce, wire in modes:
             if args.gpu:
                 result = _run_cuda(precision, allreduce, model, args.steps, args.warmup)
             else:
                 result = run_ranks(
                     _steps,
                     2,
-                    precision,
-                    allreduce,
-                    model,
-                    args.steps,
-                    args.warmup,
-                    False,
+                    *(precision, allreduce, model, args.steps, args.warmup, False),
+                    *("ddp", None, wire),
                     timeout_s=600,
                 )[0]
-            results[(precision, allreduce)].append(result)
+            results[(precision, allreduce, wire)].append(result)
 
     first = results[modes[0]][0]
     where = torch.cuda.get_device_name() if args.gpu else "CPU, 2 gloo ranks"
@@ -196,10 +206,26 @@ def main() -> None:
     )
     for mode in modes:
         step_s = statistics.median(r["step_s"] for r in results[mode])
-        line = f"{mode[0]:>8} {mode[1]:>9} {1 / step_s:>8.3f} {baseline / step_s:>7.2f}x"
+        allreduce = f"{mode[1]} {mode[2]}" if mode[2] else mode[1]
+        line = f"{mode[0]:>8} {allreduce:>9} {1 / step_s:>8.3f} {baseline / step_s:>7.2f}x"
         if args.gpu:
             line += f"  {first['flops_per_step'] / step_s / H200_BF16_PEAK_FLOPS:>8.1%}"
         print(line)
+    if args.ring and not args.gpu:
+        gains = {
+            wire: [
+                wide["step_s"] / half["step_s"]
+                for wide, half in zip(
+                    results[("bf16", "fp32", None)], results[("bf16", "bf16", wire)], strict=True
+                )
+            ]
+            for wire in (None, "ring")
+        }
+        for wire, ratios in gains.items():
+            print(
+                f"bf16 AllReduce by the {wire or 'swap'} over bf16 + fp32 AllReduce: "
+                f"{statistics.median(ratios):.2f}x (runs: {', '.join(f'{r:.2f}' for r in ratios)})"
+            )
 
 
 def _on_link(args: argparse.Namespace) -> None:

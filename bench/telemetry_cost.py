@@ -72,7 +72,7 @@ def _steps(
         )
         writer = RecordWriter(run_dir / "events.jsonl", 0.5) if watched and rank == 0 else None
         trainer = Trainer(task, cfg, writer=writer)
-        trainer.batches = trainer.micro_batches(start=0)
+        trainer.batches = trainer.data.micro_batches(start=0)
         try:
             for _ in range(warmup):
                 trainer.step_once()

@@ -17,6 +17,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from sqlalchemy import Select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import QueryableAttribute
+from starlette.concurrency import run_in_threadpool
 
 from ampfleet.api.console_login import sessions
 from ampfleet.api.console_login.sessions import SessionClaims
@@ -107,25 +108,31 @@ class Principal:
             raise ForbiddenError("this key is read-only")
 
 
-def current_principal(
+async def current_principal(
     request: Request,
     background: BackgroundTasks,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     header_key: Annotated[str | None, Security(api_key_header)],
     now: Now,
 ) -> Principal:
+    """The caller, on the event loop when the key was verified a moment ago and this
+    process holds a lease of its rate (most requests: no thread, no I/O); what needs the
+    database or Redis goes to the thread pool."""
     presented = credentials.credentials if credentials else header_key
     if not presented:
         raise UnauthorizedError("an API key is required: Authorization: Bearer <key>")
     settings = get_settings()
     # A session's end is checked on every request, remembered or not.
     session = sessions.claims_of(presented, now) if sessions.is_session(presented) else None
-    key = verified_keys.get(presented) or _verified(presented, session)
+    key = verified_keys.get(presented) or await run_in_threadpool(_verified, presented, session)
     if key is None:
-        limit_wrong_credentials(request)
+        await run_in_threadpool(limit_wrong_credentials, request)
         raise UnauthorizedError("the API key is not valid or has been revoked")
     buckets = buckets_for(settings.effective_broker_url, settings.redis_key_prefix)
-    wait = buckets.take(key.id, settings.rate_limit_per_s, settings.rate_limit_burst)
+    rate, burst = settings.rate_limit_per_s, settings.rate_limit_burst
+    wait = buckets.take_without_io(key.id, rate, burst)
+    if wait is None:
+        wait = await run_in_threadpool(buckets.take, key.id, rate, burst)
     if wait:
         raise TooManyRequestsError(
             f"rate limit of {settings.rate_limit_per_s:g} requests/s for this key",
@@ -207,7 +214,9 @@ def _note_use_apart(key_id: str, now: datetime) -> None:
         log.info("last use of key %s not recorded: %s", key_id, exc.orig)
 
 
-def admin_principal(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+async def admin_principal(
+    principal: Annotated[Principal, Depends(current_principal)],
+) -> Principal:
     if not principal.is_admin:
         raise ForbiddenError("this needs an admin key")
     return principal
@@ -217,7 +226,7 @@ CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
 AdminPrincipal = Annotated[Principal, Depends(admin_principal)]
 
 
-def listing_scope(
+async def listing_scope(
     principal: CurrentPrincipal,
     project: Annotated[
         ProjectName | None,

@@ -22,6 +22,10 @@ class GoodputOut(BaseModel):
     )
     checkpoint_slot_s: float = Field(description="Training blocked on checkpoint snapshots.")
     evaluation_slot_s: float
+    pruned_slot_s: float = Field(
+        description="Held by a sweep's trial that its pruner stopped (all it held: the model "
+        "it trained is not kept)."
+    )
     other_slot_s: float = Field(
         description="The rest: an attempt's tail after its last report (killed, hung), exit."
     )

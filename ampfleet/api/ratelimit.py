@@ -20,6 +20,11 @@ class Buckets(Protocol):
         """0 if the request may go now, else seconds until it may."""
         ...
 
+    def take_without_io(self, key_id: str, rate: float, burst: float) -> float | None:
+        """What `take` answers, when it can answer without waiting on I/O; else None and
+        nothing taken (the caller then calls `take` where it may block)."""
+        ...
+
 
 class LocalBuckets:
     def __init__(self) -> None:
@@ -36,6 +41,9 @@ class LocalBuckets:
                 return (1.0 - tokens) / rate
             self._buckets[key_id] = (tokens - 1.0, now)
             return 0.0
+
+    def take_without_io(self, key_id: str, rate: float, burst: float) -> float | None:
+        return self.take(key_id, rate, burst)
 
 
 # The same bucket arithmetic, atomic in Redis, on Redis's clock (the API processes' clocks
@@ -80,7 +88,9 @@ class RedisBuckets:
         self._lock = threading.Lock()
         self._redis_down_until = 0.0
 
-    def take(self, key_id: str, rate: float, burst: float) -> float:
+    def take_without_io(self, key_id: str, rate: float, burst: float) -> float | None:
+        """A token of this process's lease (most requests), or the local fallback's answer
+        while Redis is out; None when only Redis can say."""
         now = time.monotonic()
         with self._lock:
             tokens, until = self._leases.get(key_id, (0, now))
@@ -89,6 +99,13 @@ class RedisBuckets:
                 return 0.0
         if now < self._redis_down_until:
             return self._fallback.take(key_id, rate, burst)
+        return None
+
+    def take(self, key_id: str, rate: float, burst: float) -> float:
+        answer = self.take_without_io(key_id, rate, burst)
+        if answer is not None:
+            return answer
+        now = time.monotonic()
         want = max(1, int(min(rate * LEASE_S, burst * LEASE_OF_BURST)))
         try:
             granted, micros = self._take(

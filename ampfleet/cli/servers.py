@@ -153,12 +153,13 @@ def api(
     settings = get_settings()
     start_server_process("api", traced=True)
     uvicorn.run(
-        "ampfleet.api.app:create_app",
+        "ampfleet.api.app:create_serving_app",
         factory=True,
         host=host or settings.api_host,
         port=port or settings.api_port,
         log_config=None,
         access_log=False,
+        timeout_keep_alive=settings.api_keepalive_s,
     )
 
 

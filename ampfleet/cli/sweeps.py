@@ -1,9 +1,11 @@
-"""`ampfleet sweep sweep.yaml [--follow]` and `ampfleet sweep-status|sweep-cancel`: a sweep
-from a shell, through the SDK. --follow redraws a table of the trials on every poll (Rich's
-Live), then prints the best trial and the precision report."""
+"""`ampfleet sweep sweep.yaml [--follow]`, `ampfleet sweeps` and `ampfleet
+sweep-status|sweep-cancel`: sweeps from a shell, through the SDK. --follow redraws a table of
+the trials on every poll (Rich's Live), prints each sweep event (a trial started, pruned,
+ended) above it as it comes, then the best trial and the precision report."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +15,17 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from ampfleet.cli.common import PANEL, Key, Url, api_client, fail, stdout_console
+from ampfleet.cli.common import (
+    PANEL,
+    Key,
+    Url,
+    api_client,
+    fail,
+    print_table,
+    stdout_console,
+    when,
+)
+from ampfleet.sdk import Client
 
 SweepId = Annotated[str, typer.Argument(help="The sweep's id (swp_...).", show_default=False)]
 
@@ -53,17 +65,25 @@ def trials_table(sweep: dict[str, Any]) -> Table:
 
 
 def precision_table(sweep: dict[str, Any]) -> Table:
+    """Per precision tried, the trial with the best configuration (marked =) or else that
+    precision's best or furthest, and how it went."""
     metric = sweep["spec"]["objectives"][0]["metric"]
-    table = Table("precision", "trials", "best trial", metric, "samples/s", "slot-s")
-    table.title = "precision report"
+    table = Table("precision", "trials", "trial", "state", metric, "samples/s", "slot-s", "reason")
+    table.title = "precision report (= the best configuration)"
     for row in sweep["precision_report"]:
+        reached = row.get("last_reported")
+        value = _value(row["value"])
+        if row["value"] is None and reached:
+            value = f"{_value(reached['value'])} @{reached['step']}"
         table.add_row(
             row["precision"],
-            str(row["trials"]),
-            _value(row["best_trial"]),
-            _value(row["value"]),
+            f"{row['complete']}/{row['trials']}",
+            f"{row['trial']}{' =' if row['same_configuration'] else ''}",
+            row["state"],
+            value,
             _value(row["samples_per_s"]),
             _value(row["slot_s"]),
+            escape(row["reason"] or ""),
         )
     return table
 
@@ -91,12 +111,57 @@ def sweep(
         if not follow:
             return
         with Live(_show(started), console=console, refresh_per_second=2) as live:
-            done = client.wait_sweep(started["id"], on_poll=lambda s: live.update(_show(s)))
+            events = _EventPrinter(client, started["id"], live)
+
+            def redraw(sweep: dict[str, Any]) -> None:
+                events.print_new()
+                live.update(_show(sweep))
+
+            done = client.wait_sweep(started["id"], on_poll=redraw)
+            events.print_new()
     if done["state"] != "SUCCEEDED":
         fail(f"sweep {done['id']} ended {done['state']}: {done['reason']}")
     best = done.get("best_trial")
     if best:
         console.print(f"best: trial {best['number']} (job {best['job_id']}) {best['values']}")
+
+
+class _EventPrinter:
+    """Prints the sweep's events not printed yet, above the live table."""
+
+    def __init__(self, client: Client, sweep_id: str, live: Live) -> None:
+        self.client, self.sweep_id, self.live = client, sweep_id, live
+        self.after = 0
+
+    def print_new(self) -> None:
+        for event in self.client.sweep_events(self.sweep_id, after=self.after):
+            self.after = event["id"]
+            self.live.console.print(f"{event['type']:<22} {escape(event['message'])}")
+
+
+def list_sweeps(
+    project: Annotated[str | None, typer.Option(help="Only this project's sweeps.")] = None,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Sweeps, newest first, as a table: state, trials by state, why it ended."""
+    with api_client(url, key) as client:
+        sweeps = client.sweeps(project=project)
+    rows = [
+        (
+            s["id"],
+            escape(s["name"] or ""),
+            s["project"],
+            s["state"],
+            ", ".join(f"{n} {state}" for state, n in sorted(s["counts"].items())) or "-",
+            when(datetime.fromisoformat(s["created_at"]), short=True),
+            escape(s["reason"] or ""),
+        )
+        for s in sweeps
+    ]
+    print_table(
+        ("ID", "NAME", "PROJECT", "STATE", "TRIALS", "CREATED", "REASON"), rows, "no sweeps"
+    )
 
 
 def sweep_status(sweep_id: SweepId, url: Url = None, key: Key = None) -> None:
@@ -113,6 +178,10 @@ def sweep_cancel(sweep_id: SweepId, url: Url = None, key: Key = None) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    for command, name in ((sweep, "sweep"), (sweep_status, "sweep-status")):
+    for command, name in (
+        (sweep, "sweep"),
+        (list_sweeps, "sweeps"),
+        (sweep_status, "sweep-status"),
+        (sweep_cancel, "sweep-cancel"),
+    ):
         app.command(name, rich_help_panel=PANEL)(command)
-    app.command("sweep-cancel", rich_help_panel=PANEL)(sweep_cancel)

@@ -124,6 +124,30 @@ def unit_of_work(factory: sessionmaker[Session]) -> Iterator[Session]:
     finally:
         actions = session.info.pop(_AFTER_COMMIT, [])
         session.close()
+    _run_after_commit(actions)
+
+
+def commit_unit_of_work(session: Session) -> None:
+    """End `session`'s unit of work now, in the caller's thread, as `unit_of_work` ends it:
+    commit, then the actions registered with `after_commit`. What encloses it then finds
+    nothing left to do but close."""
+    session.commit()
+    _run_after_commit(session.info.pop(_AFTER_COMMIT, []))
+
+
+def nothing_to_commit(session: Session) -> bool:
+    """Whether ending `session`'s unit of work would do no I/O: no transaction begun,
+    nothing waiting to be flushed, no action waiting for a commit."""
+    return not (
+        session.in_transaction()
+        or session.new
+        or session.dirty
+        or session.deleted
+        or session.info.get(_AFTER_COMMIT)
+    )
+
+
+def _run_after_commit(actions: list[Callable[[], None]]) -> None:
     for action in actions:
         try:
             action()

@@ -11,6 +11,10 @@ Steps recomputed are the step-seconds of an attempt past the checkpoint that the
 attempt resumed from (`kept_step_s`, settled when the next attempt starts), plus any a
 precision fallback threw away inside one attempt.
 
+A sweep's trial that its pruner stopped (core/sweep_spec.py, state `pruned`) trained a model
+nobody keeps: all it held counts as `pruned`, whatever it was spent on, so a project sees
+what its early stopping cost beside what it saved.
+
 Queue time is reported apart, in wall seconds: while a job waits it holds no slot, so it
 is lost time for the job, not slot-seconds lost by the fleet.
 """
@@ -27,9 +31,12 @@ from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from ampfleet.core.accounting import step_seconds_up_to
-from ampfleet.core.models import Allocation, AttemptUsage, Job, utcnow
+from ampfleet.core.models import Allocation, AttemptUsage, Job, SweepTrial, utcnow
+from ampfleet.core.sweep_spec import TrialState
 
-KINDS = ("training", "startup", "recomputed", "checkpoint", "evaluation", "other")
+ACCOUNTED = ("training", "startup", "recomputed", "checkpoint", "evaluation")
+"""The kinds an attempt's own accounting tells apart."""
+KINDS = (*ACCOUNTED, "pruned", "other")
 """Where allocated slot-seconds went; together they are the allocated ones."""
 
 
@@ -41,6 +48,7 @@ class Goodput:
     recomputed_slot_s: float = 0.0
     checkpoint_slot_s: float = 0.0
     evaluation_slot_s: float = 0.0
+    pruned_slot_s: float = 0.0
     other_slot_s: float = 0.0
     queued_s: float = 0.0
     attempts: int = 0
@@ -107,9 +115,19 @@ def of_job(session: Session, job: Job) -> Goodput:
         # Never placed: it holds no allocation and no attempt was accounted; a queued job's
         # GET, the most polled of all, skips the two reads.
         return _total((), (), {job.id: (job.created_at, job.finished_at)}, utcnow())[job.id]
-    allocations, usage = _rows(session, Allocation.job_id == job.id, AttemptUsage.job_id == job.id)
-    lifetimes = {job.id: (job.created_at, job.finished_at)}
-    return _total(allocations, usage, lifetimes, utcnow())[job.id]
+    return of_jobs(session, [job])[job.id]
+
+
+def of_jobs(session: Session, jobs: Sequence[Job]) -> dict[str, Goodput]:
+    """Each job's goodput, in three queries however many jobs (a sweep's trials)."""
+    if not jobs:
+        return {}
+    ids = [job.id for job in jobs]
+    allocations, usage = _rows(session, Allocation.job_id.in_(ids), AttemptUsage.job_id.in_(ids))
+    trials = [job.id for job in jobs if job.sweep_id is not None]
+    pruned = _pruned(session, SweepTrial.job_id.in_(trials)) if trials else frozenset()
+    lifetimes = {job.id: (job.created_at, job.finished_at) for job in jobs}
+    return _total(allocations, usage, lifetimes, utcnow(), pruned)
 
 
 def by_project(session: Session, window_s: float, project: str | None = None) -> dict[str, Goodput]:
@@ -126,8 +144,9 @@ def by_project(session: Session, window_s: float, project: str | None = None) ->
     lifetimes = {job_id: (created, finished) for job_id, _, created, finished in listed}
     ids = select(jobs.subquery().c.id)
     allocations, usage = _rows(session, Allocation.job_id.in_(ids), AttemptUsage.job_id.in_(ids))
+    pruned = _pruned(session, SweepTrial.job_id.in_(ids))
     totals: dict[str, Goodput] = defaultdict(Goodput)
-    for job_id, goodput in _total(allocations, usage, lifetimes, now).items():
+    for job_id, goodput in _total(allocations, usage, lifetimes, now, pruned).items():
         totals[projects[job_id]].add(goodput)
     return dict(totals)
 
@@ -144,15 +163,24 @@ def _rows(
     return allocations, session.scalars(select(AttemptUsage).where(accounted)).all()
 
 
+def _pruned(session: Session, trials: ColumnElement[bool]) -> frozenset[str]:
+    """The jobs, of the trials the condition selects, whose trial was pruned."""
+    rows = session.scalars(
+        select(SweepTrial.job_id).where(trials, SweepTrial.state == TrialState.PRUNED.value)
+    )
+    return frozenset(job_id for job_id in rows if job_id is not None)
+
+
 def of_attempts(session: Session, job: Job) -> dict[int, Goodput]:
     """A job's goodput attempt by attempt (they add up to `of_job`'s): what each held and
     where it went, e.g. the tail of a lost attempt and the start-up of the next, which a
     restart cost on top of the steps it recomputed."""
     allocations, usage = _rows(session, Allocation.job_id == job.id, AttemptUsage.job_id == job.id)
     lifetimes = {job.id: (job.created_at, job.finished_at)}
+    pruned = _pruned(session, SweepTrial.job_id == job.id) if job.sweep_id else frozenset()
     return {
         attempt: counted
-        for _, attempt, counted in _per_attempt(allocations, usage, lifetimes, utcnow())
+        for _, attempt, counted in _per_attempt(allocations, usage, lifetimes, utcnow(), pruned)
     }
 
 
@@ -161,10 +189,11 @@ def _total(
     usage: Iterable[AttemptUsage],
     lifetimes: dict[str, tuple[datetime, datetime | None]],
     now: datetime,
+    pruned: frozenset[str] = frozenset(),
 ) -> dict[str, Goodput]:
     """`lifetimes`: each job's (created, finished); every job in it has a total."""
     totals: dict[str, Goodput] = {job_id: Goodput() for job_id in lifetimes}
-    for job_id, _, counted in _per_attempt(allocations, usage, lifetimes, now):
+    for job_id, _, counted in _per_attempt(allocations, usage, lifetimes, now, pruned):
         totals.setdefault(job_id, Goodput()).add(counted)
     return totals
 
@@ -174,11 +203,13 @@ def _per_attempt(
     usage: Iterable[AttemptUsage],
     lifetimes: dict[str, tuple[datetime, datetime | None]],
     now: datetime,
+    pruned: frozenset[str],
 ) -> Iterator[tuple[str, int, Goodput]]:
     """(job, attempt, its goodput with the wait before it), by job then attempt.
-    `lifetimes`: each job's (created, finished). A row never released (its node died:
-    only the node's next worker releases it) is counted until the job's next attempt was
-    placed, or the job finished, or now: its ranks are gone by then or still running."""
+    `lifetimes`: each job's (created, finished); `pruned`: jobs of pruned trials. A row
+    never released (its node died: only the node's next worker releases it) is counted
+    until the job's next attempt was placed, or the job finished, or now: its ranks are
+    gone by then or still running."""
     held: dict[tuple[str, int], list[tuple[int, datetime, datetime | None]]] = defaultdict(list)
     for job_id, attempt, slots, placed, released in allocations:
         held[(job_id, attempt)].append((slots, placed, released))
@@ -198,6 +229,12 @@ def _per_attempt(
                 open_until = finished or now
             shares = [(s, at, until or max(open_until, at)) for s, at, until in rows]
             counted = _attempt(shares, placed, accounted.get((job_id, attempt)))
+            if job_id in pruned:
+                counted = Goodput(
+                    allocated_slot_s=counted.allocated_slot_s,
+                    pruned_slot_s=counted.allocated_slot_s,
+                    attempts=counted.attempts,
+                )
             counted.queued_s = max((placed - (waited_since or placed)).total_seconds(), 0.0)
             waited_since = max(until for _, _, until in shares)
             yield job_id, attempt, counted
@@ -219,6 +256,6 @@ def _attempt(
     goodput.checkpoint_slot_s = row.checkpoint_s * slots
     goodput.evaluation_slot_s = row.eval_s * slots
     goodput.startup_slot_s = min(startup, allocated)
-    accounted = sum(getattr(goodput, f"{kind}_slot_s") for kind in KINDS[:-1])
+    accounted = sum(getattr(goodput, f"{kind}_slot_s") for kind in ACCOUNTED)
     goodput.other_slot_s = max(allocated - accounted, 0.0)
     return goodput

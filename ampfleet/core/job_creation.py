@@ -18,7 +18,7 @@ from ampfleet.core.ids import new_id
 from ampfleet.core.lifecycle import Transition, record_transitions
 from ampfleet.core.memory import job_rank_memory, memory_refusal
 from ampfleet.core.models import Job, Node, Project, utcnow
-from ampfleet.core.recipes import get_recipe
+from ampfleet.core.recipes import InputError, ListedInput, get_recipe
 from ampfleet.core.spec import JobSpec, describe_command
 from ampfleet.core.states import JobState
 
@@ -57,6 +57,46 @@ def resolve_recipe(spec: JobSpec) -> dict[str, Any]:
     resolved = spec.model_dump(mode="json")
     resolved["hyperparameters"] = hyperparameters.model_dump(mode="json")
     return resolved
+
+
+def bundle_recipe(bundle_id: str) -> str:
+    """What a job that runs a bundle stores as its recipe: how its jobs are found."""
+    return f"bundle:{bundle_id}"
+
+
+def recipe_of(spec: JobSpec) -> str:
+    return spec.recipe or bundle_recipe(spec.code.bundle if spec.code else "")
+
+
+def check_listed_inputs(
+    spec: JobSpec, resolved: Mapping[str, Any], listed: Mapping[str, ListedInput]
+) -> None:
+    """A registered recipe's check of the resolved inputs by what the API knows of them
+    (api/jobs/inputs.py: their stored file lists, what their uploads read), refused on
+    `inputs.<name>`; a bundled recipe's checks run on the node only."""
+    if spec.recipe is None:
+        return
+    recipe = get_recipe(spec.recipe)
+    hyperparameters = recipe.hyperparameters.model_validate(resolved["hyperparameters"])
+    try:
+        recipe.check_listed_inputs(hyperparameters, listed)
+    except InputError as exc:
+        raise AdmissionRefusedError(exc.message, field=f"inputs.{exc.name}") from None
+
+
+def listed_to_json(listed: Mapping[str, ListedInput]) -> dict[str, Any]:
+    """As a sweep keeps them, read once at its submit for every trial's check."""
+    return {
+        name: {
+            "files": None if item.files is None else list(item.files),
+            "summary": None if item.summary is None else dict(item.summary),
+        }
+        for name, item in listed.items()
+    }
+
+
+def listed_from_json(raw: Mapping[str, Any]) -> dict[str, ListedInput]:
+    return {name: ListedInput(item["files"], item["summary"]) for name, item in raw.items()}
 
 
 def node_shapes(session: Session) -> list[NodeView]:

@@ -310,6 +310,9 @@ class Webhook(Base):
     )
     previous_secret_until: Mapped[datetime | None] = mapped_column()
     states: Mapped[list[str]] = mapped_column(JSON, comment='job states, or ["*"]')
+    sweep_events: Mapped[list[str]] = mapped_column(
+        JSON, server_default="[]", comment='sweep event types (sweep.trial_pruned...), or ["*"]'
+    )
     metric_thresholds: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     # A row that never chose was made before the envelope: its receiver parses the flat form.
     payload_version: Mapped[str] = mapped_column(
@@ -537,3 +540,31 @@ class SweepTrial(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column()
+
+    @property
+    def measures_final(self) -> bool:
+        """Its measures were taken after its job ended (a pruned trial's job stops later
+        than the trial: it is measured again then; scheduler/sweep_trials.py)."""
+        return self.state != "running" and bool((self.measures or {}).get("final"))
+
+
+class SweepEvent(Base):
+    """What happened to a sweep, in order: a trial started, was pruned, ended; the sweep
+    ended. Written in the transaction that made it happen (core/sweep_events.py), with its
+    webhook deliveries; the sweep's event stream reads these rows."""
+
+    __tablename__ = "sweep_events"
+    __table_args__ = (Index("ix_sweep_events_sweep_id_id", "sweep_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    time: Mapped[datetime] = mapped_column(default=utcnow)
+    type: Mapped[str] = mapped_column(String(32), comment="sweep.trial_pruned, sweep.succeeded...")
+    trial: Mapped[int | None] = mapped_column(
+        Integer, comment="its trial number; null: the sweep's"
+    )
+    job_id: Mapped[str | None] = mapped_column(String(40), comment="the trial's job")
+    message: Mapped[str] = mapped_column(Text, default="")
+    details: Mapped[dict[str, Any]] = mapped_column(
+        default=dict, comment="the trial's params, values and state; the sweep's counts"
+    )

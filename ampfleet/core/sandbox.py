@@ -124,7 +124,10 @@ def sandboxed(
             "--",
             *command,
         ]
-    return [*args, "--chdir", str(writable[0]), "--", *command]
+    # Its first writable folder; a warm sandbox has none yet: its launcher goes to the run
+    # folder when it gets its attempt (workers/local_launcher.py).
+    workdir = str(writable[0]) if writable else "/"
+    return [*args, "--chdir", workdir, "--", *command]
 
 
 def _reachable(folder: Path, hidden: list[Path]) -> list[str]:

@@ -66,6 +66,15 @@ class Settings(BaseSettings):
 
     api_host: str = "127.0.0.1"
     api_port: int = 8000
+    api_keepalive_s: int = Field(
+        75,
+        ge=1,
+        le=3600,
+        description="How long the API keeps an idle connection open. Longer than what "
+        "clients and load balancers keep one idle (httpx 5 s, most balancers 60 s): a server "
+        "that closes first races the client's next request on it, which then fails with "
+        "'Server disconnected without sending a response'.",
+    )
     max_body_bytes: int = Field(1 << 20, gt=0, description="Larger request bodies get 413.")
     # At most 200: pydantic refuses to serialise values nested past about 255 levels.
     max_json_depth: int = Field(
@@ -224,11 +233,22 @@ class Settings(BaseSettings):
     )
     rank_launcher: Literal["warm", "local", "torchrun"] = Field(
         "warm",
-        description="How a single-node attempt of a built-in or installed recipe starts its "
+        description="How a single-node attempt of a recipe (installed or bundled) starts its "
         "ranks: 'warm' forks them from a launcher that imported torch and the training stack "
-        "ahead of the attempt (one kept ready per node; cold as 'local' when none is); "
-        "'local' spawns fresh interpreters without torchrun; 'torchrun' as every other "
-        "attempt (bundled code, scripts, several nodes) always does.",
+        "ahead of the attempt (one kept ready per node, in a warm sandbox for bundled code: "
+        "AMPFLEET_WARM_SANDBOX; cold as 'local' when none is); 'local' spawns fresh "
+        "interpreters without torchrun (in the attempt's sandbox for bundled code); "
+        "'torchrun' as every other attempt (scripts, code.requirements, several nodes) "
+        "always does.",
+    )
+    warm_sandbox: Literal["once_used", "always", "never"] = Field(
+        "once_used",
+        description="Whether a node keeps a warm sandbox for bundled code (with "
+        "AMPFLEET_RANK_LAUNCHER=warm, a root worker and Linux 5.12 or later): a complete "
+        "sandbox with a launcher that imported torch and the training stack, made before its "
+        "attempt, which then gets the attempt's folders and limits. 'once_used' from the "
+        "first bundled attempt the node runs (a node that runs none holds no second warm "
+        "interpreter), 'always' from its start, 'never'.",
     )
     sandbox: Literal["bubblewrap", "none"] = Field(
         "bubblewrap",

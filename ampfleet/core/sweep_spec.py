@@ -120,14 +120,38 @@ class Categorical(_Strict):
 Dimension = Annotated[Uniform | LogUniform | IntRange | Categorical, Field(discriminator="type")]
 
 
+SLOT_SECONDS = "slot_seconds"
+SLOT_SECONDS_PER_QUALITY = "slot_seconds_per_quality"
+PLATFORM_MEASURES = (SLOT_SECONDS, SLOT_SECONDS_PER_QUALITY)
+"""Objectives the platform computes from the trial's job, not from its metric points."""
+
+
 class Objective(_Strict):
     """A metric the trial reports (`val_accuracy`, `loss`) or that the platform measures
-    for it (`samples_per_s`, reported each logged step); `reduce` says which of its points
-    is the trial's value."""
+    for it: `samples_per_s` (reported each logged step), `slot_seconds` (what its job held,
+    from its goodput) or `slot_seconds_per_quality` (those divided by the `quality` metric's
+    value). `reduce` says which of a metric's points is the trial's value (of `quality`'s,
+    for slot-seconds per quality)."""
 
     metric: MetricName
     direction: Literal["minimize", "maximize"]
     reduce: Literal["last", "best", "mean"] = "last"
+    quality: MetricName | None = Field(
+        None,
+        description="slot_seconds_per_quality: the reported metric that measures quality "
+        "(val_accuracy, ...): larger is better, and must be above 0.",
+    )
+
+    @model_validator(mode="after")
+    def _measure(self) -> Objective:
+        if (self.metric == SLOT_SECONDS_PER_QUALITY) != (self.quality is not None):
+            raise ValueError(
+                "quality: give it with metric slot_seconds_per_quality (the metric it divides "
+                "by), and only then"
+            )
+        if self.metric in PLATFORM_MEASURES and self.direction != "minimize":
+            raise ValueError(f"{self.metric} is a cost: its direction is minimize")
+        return self
 
 
 class SamplerKind(StrEnum):
@@ -167,7 +191,10 @@ class Numerics(_Strict):
 
     enabled: bool = True
     divergence_factor: float = Field(
-        10.0, gt=1.0, le=1e12, description="Loss above this many times its first value."
+        10.0,
+        gt=1.0,
+        le=1e12,
+        description="Loss above this many times the lowest of its first five logged values.",
     )
     min_loss_scale: float = Field(
         1.0, ge=0.0, description="fp16's loss scale below this: the scaler has collapsed."
@@ -183,7 +210,11 @@ class Budget(_Strict):
     max_trials: int = Field(ge=1, le=MAX_TRIALS)
     max_concurrent: int = Field(2, ge=1, le=64)
     max_slot_hours: float | None = Field(
-        None, gt=0, le=10**6, description="No new trial once its trials held this many."
+        None,
+        gt=0,
+        le=10**6,
+        description="Once its trials held this many, the running ones are cancelled (reason "
+        "sweep_budget) and the sweep ends.",
     )
 
 
@@ -207,8 +238,6 @@ class SweepSpec(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepSpec:
-        if self.base.code is not None:
-            raise ValueError("a sweep's base runs a registered recipe (`recipe`), not `code`")
         _check_space(self.space)
         if len(self.objectives) > 1 and self.pruner.type is not PrunerKind.NONE:
             raise ValueError(
@@ -219,6 +248,11 @@ class SweepSpec(_Strict):
             _check_grid(self.space)
         if self.pruner.type is not PrunerKind.NONE and self.base.stop.max_steps is None:
             raise ValueError("pruner: give the base's stop.max_steps (its resource)")
+        if self.pruner.type is not PrunerKind.NONE and self.pruner_metric in PLATFORM_MEASURES:
+            raise ValueError(
+                f"pruner: {self.pruner_metric} is known only once a trial ends; give "
+                "pruner.metric, a metric the trial reports as it trains"
+            )
         for index, point in enumerate(self.start_with):
             problem = _outside(self.space, point)
             if problem:

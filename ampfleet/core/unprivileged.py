@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from collections.abc import Mapping
 
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
@@ -35,12 +36,17 @@ def drop_to(uid: int) -> None:
         raise SystemExit("the sandbox's uid did not take")
 
 
+def sandbox_home(environment: Mapping[str, str]) -> str:
+    """The home of a sandbox's unprivileged uid: its private, writable temporary folder."""
+    return environment.get("TMPDIR", "/tmp")  # noqa: S108 - the sandbox's own
+
+
 def main() -> None:
     uid, separator, *command = sys.argv[1:]
     if separator != "--" or not command:
         raise SystemExit("usage: python -m ampfleet.core.unprivileged UID -- COMMAND...")
     drop_to(int(uid))
-    os.environ["HOME"] = os.environ.get("TMPDIR", "/tmp")  # noqa: S108 - the sandbox's own
+    os.environ["HOME"] = sandbox_home(os.environ)
     os.execvp(command[0], command)  # noqa: S606 - an argument list, as the sandbox gives
 
 

@@ -1,9 +1,10 @@
 """Webhook notifications, queued in the same transaction as the change they report.
 
 A delivery is a Standard Webhooks message: the body is the envelope `{"type", "timestamp",
-"data"}` (`type` the event, `job.state` or `job.metric`; `timestamp` when it happened, RFC
-3339; `data` the event's fields), or, for a webhook whose `payload_version` is "flat" (every
-webhook made before the envelope), the event's fields alone, as those receivers expect.
+"data"}` (`type` the event: `job.state`, `job.metric`, or a sweep's `sweep.trial_pruned`,
+`sweep.succeeded`...; `timestamp` when it happened, RFC 3339; `data` the event's fields),
+or, for a webhook whose `payload_version` is "flat" (every webhook made before the
+envelope), the event's fields alone, as those receivers expect.
 
 Deliveries are signed to the Standard Webhooks scheme, so the stock verifier of any language
 accepts them: `webhook-id` (`msg_...`, the message's own id, the same on every retry, so a
@@ -37,7 +38,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ampfleet.core.ids import new_id
-from ampfleet.core.models import Webhook, WebhookDelivery, utcnow
+from ampfleet.core.models import SweepEvent, Webhook, WebhookDelivery, utcnow
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,
@@ -107,7 +108,7 @@ class Message:
     id: str
     """`msg_...`: the `webhook-id`, the same on every retry."""
     type: str
-    """job.state | job.metric"""
+    """job.state | job.metric | sweep.*"""
     occurred_at: datetime
     data: dict[str, Any]
 
@@ -160,7 +161,8 @@ def _add(
     occurred_at: datetime,
     payload: dict[str, Any],
 ) -> None:
-    """Queue one delivery; a repeat of the same (webhook, job, key) is ignored."""
+    """Queue one delivery; a repeat of the same (webhook, job, key) is ignored. A sweep's
+    event names the sweep where a job's names the job (`swp_...` beside `job_...`)."""
     try:
         with session.begin_nested():
             session.add(
@@ -241,3 +243,26 @@ def metrics_landed(
                     }
                     _add(session, webhook, job_id, key, "job.metric", now, payload)
                     break
+
+
+def sweep_event(
+    session: Session, subscribed: Iterable[Webhook], *, project: str, event: SweepEvent
+) -> None:
+    """Queue a delivery of a sweep's event (core/sweep_events.py) to each of the project's
+    webhooks (`subscribed`, from `subscribers`) that asked for its type."""
+    for webhook in subscribed:
+        wanted = webhook.sweep_events or []
+        if "*" not in wanted and event.type not in wanted:
+            continue
+        payload = {
+            "type": event.type,
+            "sweep_id": event.sweep_id,
+            "project": project,
+            "event_id": event.id,
+            "trial": event.trial,
+            "job_id": event.job_id,
+            "message": event.message,
+            "details": event.details,
+            "time": event.time.isoformat(),
+        }
+        _add(session, webhook, event.sweep_id, f"sweep:{event.id}", event.type, event.time, payload)

@@ -16,6 +16,10 @@ from ampfleet.core.sweep_spec import Numerics
 
 FALLBACK_REASONS = ("precision_fallback", "allreduce_fallback")
 WATCHED = ("loss", "loss_scale", "skipped_steps")
+EARLY_LOSSES = 5
+"""Divergence is measured against the lowest of the first few logged losses, not the first
+alone: a run that blows up in its first steps logs an inflated first value (thousands at a
+learning rate of 1), and against it the divergence would go unseen for hundreds of steps."""
 
 
 def numerics_problem(session: Session, job: Job, policy: Numerics) -> str | None:
@@ -53,14 +57,18 @@ def _series_problem(session: Session, job: Job, policy: Numerics) -> str | None:
         step, count = skipped[0]
         return f"numerics: loss went non-finite ({count:.0f} steps skipped by step {step})"
     losses = series["loss"]
-    if losses:
-        first = losses[0][1]
-        for step, value in losses[1:]:
-            if not math.isfinite(value) or (first > 0 and value > policy.divergence_factor * first):
-                return (
-                    f"numerics: diverged: loss {value:.4g} at step {step}, over "
-                    f"{policy.divergence_factor:g}x its first value {first:.4g}"
-                )
+    for index, (step, value) in enumerate(losses[1:], start=1):
+        # The lowest loss before this point among the early ones: a run's later losses are
+        # lower still, so a fast learner is never measured against its own progress.
+        reference = min(v for _, v in losses[: min(index, EARLY_LOSSES)])
+        if not math.isfinite(value) or (
+            reference > 0 and value > policy.divergence_factor * reference
+        ):
+            return (
+                f"numerics: diverged: loss {value:.4g} at step {step}, over "
+                f"{policy.divergence_factor:g}x {reference:.4g}, the lowest of its first "
+                f"{EARLY_LOSSES} logged"
+            )
     for step, scale in series["loss_scale"]:
         if scale < policy.min_loss_scale:
             return (

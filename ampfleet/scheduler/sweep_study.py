@@ -130,11 +130,17 @@ def pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
     return optuna.pruners.NopPruner()
 
 
-def build(spec: SweepSpec, trials: list[SweepTrial]) -> optuna.Study:
-    """The study with every trial so far, in number order (Optuna's numbers are ours)."""
+def build(name: str, spec: SweepSpec, trials: list[SweepTrial]) -> optuna.Study:
+    """The study with every trial so far, in number order (Optuna's numbers are ours).
+    `name` is the sweep's id: Hyperband puts a trial in a bracket by a hash of the study's
+    name and the trial's number, so a name that changed from pass to pass would move every
+    trial to another bracket, and compare it with other rivals, on every rebuild."""
     directions = [objective.direction for objective in spec.objectives]
     study = optuna.create_study(
-        directions=directions, sampler=sampler(spec, len(trials)), pruner=pruner(spec)
+        study_name=name,
+        directions=directions,
+        sampler=sampler(spec, len(trials)),
+        pruner=pruner(spec),
     )
     for row in sorted(trials, key=lambda t: t.number):
         study.add_trial(frozen(row, len(directions)))

@@ -1,43 +1,43 @@
 """The sweep controller: a step of every scheduler pass, before placement, so the trials it
 asks for are placed in the same pass.
 
-Per active sweep, in one savepoint: the running trials' new metric points are told to the
-study (Optuna's pruner decides; the numerics pruner, sweep_numerics.py, has the first word),
-a trial to prune is cancelled through `request_cancel` with reason `pruned`, a trial whose
-job ended gets its objective values; then new trials are asked for, up to the sweep's
-concurrency and budget, each inserted with its job (core/job_creation.py: the admission
-rules every job passes). (sweep, number) is unique and numbers are the count of trials
-before, so a pass that is repeated after a crash before its commit asks the same trial
-again, and one that raced another scheduler fails its insert instead of running it twice.
+Per active sweep, in one savepoint: the running trials are followed (sweep_trials.py: their
+metric points told to the pruner, a trial to prune cancelled, a trial whose job ended given
+its objective values); a sweep whose trials have held `max_slot_hours` has its running trials
+cancelled (reason `sweep_budget`); then new trials are asked for, up to the sweep's
+concurrency and budget, each inserted with its job (core/job_creation.py: the admission rules
+every job passes). (sweep, number) is unique and numbers are the count of trials before, so
+a pass that is repeated after a crash before its commit asks the same trial again, and one
+that raced another scheduler fails its insert instead of running it twice. Each of these
+steps is a sweep event (core/sweep_events.py), written in the same savepoint.
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ampfleet.core import goodput, job_creation
-from ampfleet.core.cancelling import request_cancel
-from ampfleet.core.models import Job, Metric, Sweep, SweepTrial
-from ampfleet.core.spec import JobSpec
-from ampfleet.core.states import JobState
-from ampfleet.core.sweep_spec import (
-    PrunerKind,
-    SweepSpec,
-    SweepState,
-    TrialState,
-    apply_params,
-)
-from ampfleet.scheduler import sweep_study
-from ampfleet.scheduler.sweep_numerics import numerics_problem
+from ampfleet.core import job_creation
+from ampfleet.core import sweep_events as events
+from ampfleet.core.custom_code import custom_code_allowed, custom_code_refusal
+from ampfleet.core.models import Bundle, Job, Sweep, SweepTrial
+from ampfleet.core.spec import CodeSpec, JobSpec
+from ampfleet.core.sweep_spec import SweepSpec, SweepState, TrialState, apply_params
+from ampfleet.scheduler import sweep_study, sweep_trials
 
 log = logging.getLogger(__name__)
+BUDGET_CANCEL = "sweep_budget"
+"""The reason of a trial's job cancelled because its sweep's slot-hours were spent."""
+
+
+class SweepRefusedError(Exception):
+    """What no trial of the sweep can be admitted for any more (its project no longer runs
+    custom code, its bundle is gone): the sweep ends rather than fail trial after trial."""
 
 
 def advance_sweeps(session: Session, now: datetime) -> int:
@@ -73,145 +73,22 @@ def _advance(session: Session, sweep: Sweep, now: datetime) -> int:
     jobs = {job.id: job for job in session.scalars(select(Job).where(Job.sweep_id == sweep.id))}
     running = [t for t in trials if t.state == TrialState.RUNNING and t.job_id in jobs]
     if running:
-        study = sweep_study.build(spec, trials)
+        study = sweep_study.build(sweep.id, spec, trials)
         for trial in running:
-            _follow(session, spec, study, trial, jobs[str(trial.job_id)], now)
+            sweep_trials.follow(session, sweep, spec, study, trial, jobs[str(trial.job_id)], now)
         session.flush()
+    sweep_trials.settle(session, trials, jobs)
     if sweep.state != SweepState.RUNNING:
         return 0
-    started = _ask(session, sweep, spec, trials, jobs)
-    _maybe_finish(session, sweep, spec, trials, jobs, now)
+    spent_s = _slot_seconds(session, spec, trials, jobs)
+    if _slot_hours_spent(spec, spent_s):
+        _cancel_for_budget(session, sweep, spec, trials, jobs, now)
+    started = _ask(session, sweep, spec, trials, jobs, spent_s, now)
+    _maybe_finish(session, sweep, spec, trials, spent_s, now)
     return started
 
 
-# -- following running trials ------------------------------------------------------------
-
-
-def _follow(
-    session: Session, spec: SweepSpec, study: Any, trial: SweepTrial, job: Job, now: datetime
-) -> None:
-    points = _new_points(session, job.id, spec.pruner_metric, trial.intermediate)
-    prune = False
-    if points and len(spec.objectives) == 1:
-        prune = sweep_study.report(study, trial.number, points)
-        trial.intermediate = {**trial.intermediate, **{str(s): v for s, v in points}}
-        trial.system_attrs = sweep_study.attrs_of(study, trial.number)
-    problem = numerics_problem(session, job, spec.numerics)
-    state = JobState(job.state)
-    if state.is_terminal():
-        _finish(session, spec, trial, job, problem, now)
-        return
-    if state is JobState.CANCELLING:
-        return  # asked to stop (the sweep was cancelled): its end is recorded when it comes
-    if problem is not None:
-        _prune(session, trial, job, problem, now)
-    elif prune and spec.pruner.type is not PrunerKind.NONE:
-        step = max(int(s) for s in trial.intermediate)
-        value = trial.intermediate[str(step)]
-        _prune(
-            session,
-            trial,
-            job,
-            f"{spec.pruner.type.value}: {spec.pruner_metric} {value:.4g} at step {step} "
-            "is not among the trials promoted at this rung",
-            now,
-        )
-
-
-def _new_points(
-    session: Session, job_id: str, metric: str, told: dict[str, Any]
-) -> list[tuple[int, float]]:
-    """The metric's points by step past the last one told to the pruner (the newest value
-    of a step reported again after a restart)."""
-    last = max((int(step) for step in told), default=-1)
-    by_step: dict[int, float] = {}
-    rows = session.execute(
-        select(Metric.step, Metric.value)
-        .where(Metric.job_id == job_id, Metric.name == metric, Metric.step > last)
-        .order_by(Metric.id)
-    )
-    for step, value in rows:
-        by_step[step] = value
-    return sorted(by_step.items())
-
-
-def _prune(session: Session, trial: SweepTrial, job: Job, reason: str, now: datetime) -> None:
-    moved = request_cancel(session, job.id, reason="pruned", message=reason)
-    if moved is None:
-        return  # it ended meanwhile: the next pass records how
-    trial.state, trial.reason, trial.finished_at = TrialState.PRUNED, reason, now
-    trial.measures = _measures(session, job)
-
-
-def _finish(
-    session: Session,
-    spec: SweepSpec,
-    trial: SweepTrial,
-    job: Job,
-    problem: str | None,
-    now: datetime,
-) -> None:
-    trial.finished_at, trial.measures = now, _measures(session, job)
-    state = JobState(job.state)
-    if state is JobState.SUCCEEDED:
-        values, missing = _objective_values(session, spec, job.id)
-        if missing:
-            trial.state, trial.reason = TrialState.FAILED, f"reported no {missing}"
-        elif problem is not None:  # finished, but on numbers the sweep cannot trust
-            trial.state, trial.reason = TrialState.PRUNED, problem
-        else:
-            trial.state, trial.values = TrialState.COMPLETE, values
-        return
-    if state is JobState.CANCELLED:
-        trial.state, trial.reason = TrialState.CANCELLED, "its job was cancelled"
-        return
-    trial.state = TrialState.FAILED
-    trial.reason = problem or f"its job {state.value}: {job.failure_reason or 'no reason'}"
-
-
-def _objective_values(
-    session: Session, spec: SweepSpec, job_id: str
-) -> tuple[list[float], str | None]:
-    values: list[float] = []
-    for objective in spec.objectives:
-        points = _points(session, job_id, objective.metric)
-        if not points:
-            return [], objective.metric
-        series = [value for _, value in points]
-        if objective.reduce == "last":
-            values.append(series[-1])
-        elif objective.reduce == "mean":
-            values.append(sum(series) / len(series))
-        else:
-            values.append(max(series) if objective.direction == "maximize" else min(series))
-    return values, None
-
-
-def _points(session: Session, job_id: str, metric: str) -> list[tuple[int, float]]:
-    by_step: dict[int, float] = {}
-    rows = session.execute(
-        select(Metric.step, Metric.value)
-        .where(Metric.job_id == job_id, Metric.name == metric)
-        .order_by(Metric.id)
-    )
-    for step, value in rows:
-        by_step[step] = value
-    return sorted(by_step.items())
-
-
-def _measures(session: Session, job: Job) -> dict[str, Any]:
-    """What the platform measured of the trial, for the precision report."""
-    speeds = [value for _, value in _points(session, job.id, "samples_per_s")]
-    return {
-        "samples_per_s": sum(speeds) / len(speeds) if speeds else None,
-        "slot_s": round(goodput.of_job(session, job).allocated_slot_s, 3),
-        "precision": job.precision or job.resolved.get("precision"),
-        "allreduce_dtype": job.allreduce_dtype or job.resolved.get("allreduce_dtype"),
-        "steps": job.step,
-    }
-
-
-# -- asking for new trials ---------------------------------------------------------------
+# -- the budget ---------------------------------------------------------------------------
 
 
 def _trial_cap(spec: SweepSpec) -> int:
@@ -219,24 +96,47 @@ def _trial_cap(spec: SweepSpec) -> int:
     return min(spec.budget.max_trials, grid) if grid else spec.budget.max_trials
 
 
-def slot_seconds(session: Session, trials: list[SweepTrial], jobs: dict[str, Job]) -> float:
-    """Slot-seconds the sweep's trials held: ended ones as measured, running ones so far."""
-    total = 0.0
-    for trial in trials:
-        if trial.state != TrialState.RUNNING:
-            total += float(trial.measures.get("slot_s") or 0.0)
-        elif trial.job_id in jobs:
-            total += goodput.of_job(session, jobs[str(trial.job_id)]).allocated_slot_s
-    return total
-
-
-def _budget_left(
+def _slot_seconds(
     session: Session, spec: SweepSpec, trials: list[SweepTrial], jobs: dict[str, Job]
-) -> bool:
-    if len(trials) >= _trial_cap(spec):
-        return False
+) -> float | None:
+    """What its trials held so far; None where the sweep has no slot-hours budget."""
+    if spec.budget.max_slot_hours is None:
+        return None
+    return sweep_trials.slot_seconds(session, trials, jobs)
+
+
+def _slot_hours_spent(spec: SweepSpec, spent_s: float | None) -> bool:
     limit = spec.budget.max_slot_hours
-    return limit is None or slot_seconds(session, trials, jobs) < limit * 3600
+    return limit is not None and spent_s is not None and spent_s >= limit * 3600
+
+
+def _budget_spent(spec: SweepSpec, trials: list[SweepTrial], spent_s: float | None) -> str | None:
+    """Which budget is spent, in words; None while there is room for another trial."""
+    if len(trials) >= _trial_cap(spec):
+        return "its trial budget spent"
+    if _slot_hours_spent(spec, spent_s):
+        return f"{BUDGET_CANCEL}: its {spec.budget.max_slot_hours:g} slot-hours spent"
+    return None
+
+
+def _cancel_for_budget(
+    session: Session,
+    sweep: Sweep,
+    spec: SweepSpec,
+    trials: list[SweepTrial],
+    jobs: dict[str, Job],
+    now: datetime,
+) -> None:
+    reason = f"{BUDGET_CANCEL}: the sweep's {spec.budget.max_slot_hours:g} slot-hours are spent"
+    for trial in trials:
+        if trial.state == TrialState.RUNNING and trial.job_id in jobs:
+            job = jobs[str(trial.job_id)]
+            sweep_trials.stop(
+                session, sweep, trial, job, TrialState.CANCELLED, BUDGET_CANCEL, reason, now
+            )
+
+
+# -- asking for new trials ---------------------------------------------------------------
 
 
 def _ask(
@@ -245,13 +145,17 @@ def _ask(
     spec: SweepSpec,
     trials: list[SweepTrial],
     jobs: dict[str, Job],
+    spent_s: float | None,
+    now: datetime,
 ) -> int:
+    """New trials up to its concurrency; at most that many a pass, so that a space whose
+    trials are refused one after another does not spin through the whole budget at once."""
     started = 0
-    while _budget_left(session, spec, trials, jobs):
+    for _ in range(spec.budget.max_concurrent):
         running = sum(1 for t in trials if t.state == TrialState.RUNNING)
-        if running >= spec.budget.max_concurrent:
+        if running >= spec.budget.max_concurrent or _budget_spent(spec, trials, spent_s):
             break
-        study = sweep_study.build(spec, trials)
+        study = sweep_study.build(sweep.id, spec, trials)
         params, dists, attrs = sweep_study.ask(study, spec)
         trial = SweepTrial(
             sweep_id=sweep.id,
@@ -265,23 +169,33 @@ def _ask(
         )
         try:
             job = _trial_job(session, sweep, spec, trial)
+        except SweepRefusedError as refusal:
+            _end(session, sweep, trials, SweepState.FAILED, f"not admitted: {refusal}", now)
+            break
         except job_creation.AdmissionRefusedError as refusal:
             if refusal.kind == "quota":
                 log.info("sweep %s waits: %s", sweep.id, refusal.message)
                 break  # nothing written: the same trial is asked again on a later pass
-            trial.state, trial.reason = TrialState.FAILED, f"not admitted: {refusal.message}"
-            job = None
+            field = f"{refusal.field}: " if refusal.field else ""
+            trial.state, trial.reason = TrialState.FAILED, f"not admitted: {field}{refusal}"
+            trial.finished_at, job = now, None
         try:
             with session.begin_nested():
                 if job is not None:
                     session.add(job)
                     session.flush()
+                    message = f"trial {trial.number} of sweep {sweep.id}: "
+                    message += events.describe_params(trial.params)
                     job_creation.record_submitted(
-                        session, job, JobSpec.model_validate(job.spec), _describe(trial)
+                        session, job, JobSpec.model_validate(job.spec), message
                     )
                 trial.job_id = job.id if job is not None else None
                 session.add(trial)
                 session.flush()
+                if job is not None:
+                    events.trial_started(session, sweep, trial, now)
+                else:
+                    events.trial_ended(session, sweep, trial, now)
         except IntegrityError:
             log.warning("sweep %s: trial %d exists already", sweep.id, trial.number)
             break
@@ -290,15 +204,6 @@ def _ask(
             jobs[job.id] = job
             started += 1
     return started
-
-
-def _describe(trial: SweepTrial) -> str:
-    params = ", ".join(f"{k}={_short(v)}" for k, v in trial.params.items())
-    return f"trial {trial.number} of sweep {trial.sweep_id}: {params}"
-
-
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _trial_job(session: Session, sweep: Sweep, spec: SweepSpec, trial: SweepTrial) -> Job:
@@ -319,11 +224,16 @@ def _trial_job(session: Session, sweep: Sweep, spec: SweepSpec, trial: SweepTria
     resolved = job_creation.resolve_recipe(job_spec)
     for key in ("inputs", "init_from"):
         resolved[key] = sweep.base_resolved.get(key)
+    if job_spec.code is not None:
+        resolved["code"]["sha256"] = _bundle(session, sweep.project, job_spec.code).sha256
+    listed = sweep.base_resolved.get("listed_inputs")
+    if listed is not None:  # read at the sweep's submit
+        job_creation.check_listed_inputs(job_spec, resolved, job_creation.listed_from_json(listed))
     job_creation.admit(session, job_spec, resolved)
     return job_creation.new_job(
         job_spec,
         resolved,
-        recipe=str(job_spec.recipe),
+        recipe=job_creation.recipe_of(job_spec),
         idempotency_key=f"sweep-{sweep.id}-trial-{trial.number}",
         request_hash=None,
         sweep_id=sweep.id,
@@ -331,22 +241,50 @@ def _trial_job(session: Session, sweep: Sweep, spec: SweepSpec, trial: SweepTria
     )
 
 
+def _bundle(session: Session, project: str, code: CodeSpec) -> Bundle:
+    """The base's bundle, where its project still runs custom code (checked again for each
+    trial: an admin may have turned it off since the sweep was accepted)."""
+    if not custom_code_allowed(session, project):
+        raise SweepRefusedError(custom_code_refusal(project))
+    bundle = session.get(Bundle, code.bundle)
+    if bundle is None or bundle.project != project:
+        raise SweepRefusedError(f"bundle {code.bundle} is no longer in project {project}")
+    return bundle
+
+
+# -- the end -----------------------------------------------------------------------------
+
+
 def _maybe_finish(
     session: Session,
     sweep: Sweep,
     spec: SweepSpec,
     trials: list[SweepTrial],
-    jobs: dict[str, Job],
+    spent_s: float | None,
     now: datetime,
 ) -> None:
-    if any(t.state == TrialState.RUNNING for t in trials):
+    if sweep.state != SweepState.RUNNING or any(t.state == TrialState.RUNNING for t in trials):
         return
-    if _budget_left(session, spec, trials, jobs):
+    spent = _budget_spent(spec, trials, spent_s)
+    if spent is None:
         return  # waiting for room in its project's queue
     complete = sum(1 for t in trials if t.state == TrialState.COMPLETE)
-    spent = "its trial budget" if len(trials) >= _trial_cap(spec) else "its slot-hours"
     if complete:
-        sweep.state, sweep.reason = SweepState.SUCCEEDED, f"{spent} spent; {complete} complete"
+        _end(session, sweep, trials, SweepState.SUCCEEDED, f"{spent}; {complete} complete", now)
     else:
-        sweep.state, sweep.reason = SweepState.FAILED, f"{spent} spent; no trial completed"
-    sweep.finished_at = now
+        _end(session, sweep, trials, SweepState.FAILED, f"{spent}; no trial completed", now)
+
+
+def _end(
+    session: Session,
+    sweep: Sweep,
+    trials: list[SweepTrial],
+    state: SweepState,
+    reason: str,
+    now: datetime,
+) -> None:
+    sweep.state, sweep.reason, sweep.finished_at = state, reason, now
+    counts: dict[str, int] = {}
+    for trial in trials:
+        counts[trial.state] = counts.get(trial.state, 0) + 1
+    events.sweep_ended(session, sweep, counts, now)

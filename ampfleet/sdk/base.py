@@ -12,6 +12,14 @@ from ampfleet.sdk.flows import Operations
 
 HttpT = TypeVar("HttpT", httpx.Client, httpx.AsyncClient)
 
+KEEPALIVE_EXPIRY_S = 2.0
+"""How long an idle connection is kept for the next request: well under the API server's
+keep-alive (uvicorn's 5 s, as `ampfleet api` runs it). With httpx's default, also 5 s, a
+request sent on a connection idle for about 5 s can meet the server closing it ("Server
+disconnected without sending a response"): the client's 5 s start when it has read the
+answer, the server's earlier, when it sent it."""
+LIMITS = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
+
 
 class ClientBase(Generic[HttpT]):
     page_size = 100  # jobs a request when `list` goes through the pages

@@ -1,3 +1,4 @@
+# Written by tools/unasync_sdk.py (`make sdk`) from async_client.py: edit that file.
 """`Client`: the API from Python, with blocking I/O.
 
 from ampfleet import Client
@@ -24,7 +25,7 @@ import httpx
 from ampfleet.core.roles import Role
 from ampfleet.core.spec import Priority
 from ampfleet.sdk import downloads, models, profiles, recipes, sweeps
-from ampfleet.sdk.base import ClientBase
+from ampfleet.sdk.base import LIMITS, ClientBase
 from ampfleet.sdk.flows import CodeSource, InputSource, SpecInput, States
 from ampfleet.sdk.protocol import (
     DOWNLOAD_CHUNK,
@@ -42,25 +43,25 @@ T = TypeVar("T")
 
 
 class _Io:
-    """The blocking I/O of one flow run, and the stream it has open, if any."""
+    """The I/O of one flow run, and the stream it has open, if any."""
 
     def __init__(self, http: httpx.Client) -> None:
         self.http = http
         self.stream: httpx.Response | None = None
-        self.lines: Iterator[str] = iter(())
-        self.chunks: Iterator[bytes] = iter(())
+        self.lines: Iterator[str] | None = None
+        self.chunks: Iterator[bytes] | None = None
 
     def perform(self, step: Step) -> Any:
         if isinstance(step, Sleep):
             time.sleep(step.seconds)
             return None
         if isinstance(step, ReadLine):
-            line = next(self.lines, None)
+            line = next(self.lines, None) if self.lines else None
             if line is None:
                 self.close()
             return line
         if isinstance(step, ReadChunk):
-            chunk = next(self.chunks, None)
+            chunk = next(self.chunks, None) if self.chunks else None
             if chunk is None:
                 self.close()
             return chunk
@@ -71,24 +72,27 @@ class _Io:
             self.stream, self.lines = response, response.iter_lines()
             self.chunks = response.iter_bytes(DOWNLOAD_CHUNK)
         elif step.stream:
-            response.read()  # the error body, for its message; reading it closes the stream
+            response.read()  # the error body, for its message; reading it closes it
         return response
 
     def close(self) -> None:
         if self.stream is not None:
             self.stream.close()
-            self.stream, self.lines, self.chunks = None, iter(()), iter(())
+            self.stream, self.lines, self.chunks = None, None, None
 
 
 class Client(ClientBase[httpx.Client]):
-    """A client of the ampfleet API; error answers raise `ApiError` subclasses.
+    """A client of the ampfleet API, with blocking I/O; error answers
+    raise `ApiError` subclasses.
 
-    Use it as a context manager, or call `close()`. Iterators hold a connection until
-    they are exhausted or closed.
+    Use it as a context manager, or call `close()`. Iterators hold a connection
+    until they are exhausted or closed.
     """
 
     def _connect(self) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, timeout=self.timeout, headers=self.headers)
+        return httpx.Client(
+            base_url=self.base_url, timeout=self.timeout, headers=self.headers, limits=LIMITS
+        )
 
     @cached_property
     def keys(self) -> Keys:
@@ -237,6 +241,19 @@ class Client(ClientBase[httpx.Client]):
     ) -> dict[str, Any]:
         """Polls until the sweep ended; `on_poll(sweep)` sees each read (a live table)."""
         return self._run(sweeps.wait(self._ops.send, sweep_id, timeout, poll, on_poll))
+
+    def sweep_events(self, sweep_id: str, after: int = 0) -> list[dict[str, Any]]:
+        """Its events (a trial started, pruned, ended; its end) with an id above `after`."""
+        return self._run(sweeps.events(self._ops.send, sweep_id, after))
+
+    def stream_sweep_events(
+        self, sweep_id: str, last_event_id: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Live frames ({"kind": "event" | "progress" | "end", "id", "data"}) until the
+        sweep has ended and its trials with it; resumed by itself across dropped
+        connections, or from `last_event_id` (a frame's `id`)."""
+        opener = self._ops.opener(sweeps.events_path(sweep_id), ())
+        return self._iterate(sweeps.stream_events(opener, last_event_id, self._ops.max_reconnects))
 
     # -- what a job reports -------------------------------------------------------------------
 

@@ -316,7 +316,9 @@ class Operations:
                 return events
             after = page.next_after
 
-    def _opener(self, path: str, params: Query) -> Callable[[str | None], Flow[httpx.Response]]:
+    def opener(self, path: str, params: Query) -> Callable[[str | None], Flow[httpx.Response]]:
+        """Opens (and reopens, from an event id) the event stream at `path`."""
+
         def open_stream(last_event_id: str | None) -> Flow[httpx.Response]:
             headers = {"Accept": SSE_MEDIA_TYPE}
             if last_event_id:
@@ -326,7 +328,7 @@ class Operations:
         return open_stream
 
     def stream_events(self, job_id: str, last_event_id: str | None) -> IterFlow[JobFrame]:
-        opener = self._opener(_job(job_id, "/events"), ())
+        opener = self.opener(_job(job_id, "/events"), ())
         return resumable_stream(opener, JobFrames(), last_event_id, self.max_reconnects)
 
     def metrics(
@@ -346,7 +348,7 @@ class Operations:
     ) -> IterFlow[LogLine]:
         path = _job(job_id, "/logs")
         if follow:
-            opener = self._opener(path, query(rank=rank, tail=tail))
+            opener = self.opener(path, query(rank=rank, tail=tail))
             yield from resumable_stream(opener, log_lines, None, self.max_reconnects)
             return
         after = None

@@ -76,6 +76,8 @@ class Job(ApiModel):
     latest_metrics: dict[str, float] = Field(default_factory=dict)
     failure_reason: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    sweep_id: str | None = None  # the sweep it is a trial of
+    trial: int | None = None  # its trial number in that sweep
     spec: dict[str, Any] = Field(default_factory=dict)
     scheduled_at: datetime | None = None
     started_at: datetime | None = None

@@ -1,23 +1,31 @@
-"""Sweeps from Python: the flows behind `Client.sweep`, `get_sweep`, `sweeps`, `cancel_sweep`
-and `wait_sweep`. A sweep answers as the API's JSON (a dict): its trials, the best one or the
-Pareto front, and the precision report. The spec is checked here first with the same model
-the server uses (core/sweep_spec.py), so a bad one fails before any request."""
+"""Sweeps from Python: the flows behind `Client.sweep`, `get_sweep`, `sweeps`, `cancel_sweep`,
+`wait_sweep`, `sweep_events` and `stream_sweep_events` (and AsyncClient's, the same flows:
+they do no I/O themselves). A sweep answers as the API's JSON (a dict): its trials, the best
+one or the Pareto front, and the precision report; an event or a stream's frame likewise.
+The spec is checked here first with the same model the server uses (core/sweep_spec.py), so
+a bad one fails before any request."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import httpx
 from pydantic import ValidationError
 
 from ampfleet.core.sweep_spec import SweepSpec
 from ampfleet.core.validation import describe_invalid, dotted
 from ampfleet.sdk.errors import ClientError, ErrorDetail, SpecError
 from ampfleet.sdk.flows import poll_until, spec_mapping
-from ampfleet.sdk.protocol import Flow, Request, query
+from ampfleet.sdk.protocol import Flow, IterFlow, Request, query
+from ampfleet.sdk.streams import ServerSentEvent, resumable_stream
 
 Send = Callable[[Request], Flow[Any]]
+Opener = Callable[[str | None], Flow[httpx.Response]]
+FRAME_KINDS = frozenset({"event", "progress", "end"})
+EVENTS_PAGE = 1000
 SweepInput = SweepSpec | Mapping[str, Any] | str | os.PathLike[str]
 
 
@@ -91,3 +99,34 @@ def wait(
             on_poll=on_poll,
         )
     )
+
+
+def events(send: Send, sweep_id: str, after: int) -> Flow[list[dict[str, Any]]]:
+    """Every event with an id above `after`, oldest first, page after page."""
+    items: list[dict[str, Any]] = []
+    while True:
+        params = query(after=after, limit=EVENTS_PAGE)
+        response = yield from send(Request("GET", f"/v1/sweeps/{sweep_id}/events", params))
+        page = response.json()
+        items += page["items"]
+        if page["next_after"] is None:
+            return items
+        after = page["next_after"]
+
+
+def events_path(sweep_id: str) -> str:
+    return f"/v1/sweeps/{sweep_id}/events"
+
+
+def stream_events(
+    opener: Opener, last_event_id: str | None, max_reconnects: int
+) -> IterFlow[dict[str, Any]]:
+    """Frames `{"kind": "event" | "progress" | "end", "id", "data"}` until the sweep's
+    stream ends, resumed from the last frame's id across dropped connections."""
+    return resumable_stream(opener, _frames, last_event_id, max_reconnects)
+
+
+def _frames(event: ServerSentEvent) -> list[dict[str, Any]]:
+    if event.event not in FRAME_KINDS:
+        return []  # a kind this SDK does not know yet
+    return [{"kind": event.event, "id": event.id, "data": json.loads(event.data)}]

@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -29,6 +30,7 @@ from ampfleet.core.memory import MB
 from ampfleet.core.models import Job
 from ampfleet.core.sandbox import Confinement, give_to, sandboxed
 from ampfleet.core.settings import Settings
+from ampfleet.core.unprivileged import sandbox_home
 from ampfleet.workers import egress
 from ampfleet.workers.limits import RankLimits, TaskGroup
 from ampfleet.workers.netif import SOCKET_INTERFACE_VARIABLES
@@ -106,10 +108,7 @@ class Contained:
             if not own_network and uid is not None:
                 egress.hold(uid, egress.to_peers(peers))
                 filtered = True
-            for folder in writable:
-                folder.mkdir(parents=True, exist_ok=True)
-                if uid is not None:
-                    give_to(folder, uid)
+            _give_folders(writable, uid)
             limits = RankLimits(
                 settings.sandbox_max_tasks,
                 settings.sandbox_max_open_files,
@@ -149,10 +148,18 @@ class Contained:
             confinement=confinement,
         )
 
-    def environment(self) -> dict[str, str]:
-        """In a network namespace of its own the collectives talk on loopback, the one
-        interface there is."""
-        return dict.fromkeys(SOCKET_INTERFACE_VARIABLES, "lo") if self.own_network else {}
+    def give_folders(self, writable: list[Path]) -> None:
+        """Folders it writes, made now (a warm sandbox's, once its attempt is known)."""
+        _give_folders(writable, self.uid)
+
+    def environment(self, worker: Mapping[str, str]) -> dict[str, str]:
+        """What it changes in the environment `worker` gives its processes: in a network
+        namespace of its own the collectives talk on loopback, the one interface there is;
+        an unprivileged uid's home is its private /tmp (core/unprivileged.py)."""
+        changed = dict.fromkeys(SOCKET_INTERFACE_VARIABLES, "lo") if self.own_network else {}
+        if self.uid is not None:
+            changed["HOME"] = sandbox_home(worker)
+        return changed
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -181,6 +188,13 @@ class Contained:
                 _unfilter_and_give_back(self._pool, self.uid, self.filtered)
                 self.uid = None
                 self.filtered = False
+
+
+def _give_folders(folders: list[Path], uid: int | None) -> None:
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        if uid is not None:
+            give_to(folder, uid)
 
 
 def _can_filter(peers: tuple[str, ...]) -> None:

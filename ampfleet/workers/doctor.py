@@ -115,7 +115,7 @@ def probe(
                 pass_fds=contained.pass_fds,
                 capture_output=True,
                 timeout=300,
-                env={"PATH": "/usr/bin:/bin", **contained.environment()},
+                env={"PATH": "/usr/bin:/bin", **contained.environment({})},
             )
         finally:
             contained.close()

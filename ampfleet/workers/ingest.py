@@ -62,6 +62,8 @@ class AttemptFeed:
         self.launched_at: float | None = None
         """When this node's agent launched the ranks (wall clock): where their start
         began, for the `start_phases` event; unknown for a folder it took over."""
+        self.start_path: start_phases.StartPath | None = None
+        """How the agent launched them (warm or cold, and why), for the same event."""
 
     def new_log_lines(self) -> list[tuple[int, str, bytes]]:
         lines = []
@@ -128,7 +130,8 @@ def apply_records(
             job.precision = record["precision"]
             job.allreduce_dtype = record["allreduce_dtype"]
         elif kind == "start_phases":
-            message = start_phases.describe(record["ends"], record["warm"], feed.launched_at)
+            ends, warm = record["ends"], record["warm"]
+            message = start_phases.describe(ends, warm, feed.launched_at, feed.start_path)
             record_event(session, job, "start_phases", message)
     if store_points(session, job, attempt, points.items(), settings):
         job.latest_metrics = latest

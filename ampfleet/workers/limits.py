@@ -21,7 +21,7 @@ import contextlib
 import logging
 import os
 import resource
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,21 @@ class TaskGroup:
                 path.rmdir()
             return None
         return path
+
+    def limit_memory(self, max_memory_bytes: int) -> None:
+        """A new memory limit for everything in the group (a warm sandbox's, once its
+        attempt is known: warm_sandbox.py). v1 refuses memory + swap below memory alone, so
+        a higher limit is written in the opposite order of a lower one."""
+        raising = self.limits.max_memory_bytes is None or (
+            max_memory_bytes > self.limits.max_memory_bytes
+        )
+        self.limits = replace(self.limits, max_memory_bytes=max_memory_bytes)
+        if self.memory is None:
+            return
+        values = list(self._memory_limits().items())
+        for file, value in reversed(values) if raising else values:
+            if (self.memory / file).exists():
+                (self.memory / file).write_text(value)
 
     @property
     def groups(self) -> list[Path]:

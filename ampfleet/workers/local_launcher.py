@@ -10,8 +10,9 @@ others; it exits 0 only if every rank did.
     cold  `python -m ampfleet.workers.local_launcher` spawns each rank as an interpreter of
           its own (`python -m <entry> RUN_DIR`).
     warm  `python -m ampfleet.workers.local_launcher --warm` is started by the node agent
-          ahead of any attempt (warm_pool.py), imports torch and the training stack, and
-          waits; the attempt's launch then forks each rank from it, imports done.
+          ahead of any attempt (warm_pool.py; for bundled code inside a sandbox of its
+          own, warm_sandbox.py), imports torch and the training stack, and waits; the
+          attempt's launch then forks each rank from it, imports done.
 
 Either way the launch itself (`Launch`, one JSON line) comes on stdin, and the process
 serves exactly one attempt: a warm launcher has run no job's code and holds no job's state
@@ -68,6 +69,9 @@ class Launch:
     memory_limit_mb: int | None
     log: str
     """The attempt's launcher log, where this process writes from the launch on."""
+    workdir: str | None = None
+    """Where the ranks run, if not where this launcher started: a warm sandbox's launcher
+    started before its attempt's run folder was there (warm_sandbox.py)."""
 
     def to_line(self) -> bytes:
         return json.dumps(self.__dict__).encode() + b"\n"
@@ -84,8 +88,16 @@ def warm_modules() -> list[str]:
 
     builds = [r.build_path.partition(":")[0] for r in installed_recipes().values()]
     stack = ["ampfleet.workers.training.entry", "ampfleet.workers.training.rank"]
-    # DDP's constructor imports torch._dynamo (about as long as torch itself).
-    return [*stack, "torch._dynamo", *builds]
+    # DDP's constructor imports torch._dynamo (about as long as torch itself); a cold rank
+    # imports DCP only to load or save a checkpoint (training/checkpoint.py), safetensors
+    # only to export.
+    lazy = [
+        "torch._dynamo",
+        "torch.distributed.checkpoint",
+        "torch.distributed.checkpoint.state_dict",
+        "safetensors.torch",  # the export, at a run's end
+    ]
+    return [*stack, *lazy, *builds]
 
 
 def warm_up() -> None:
@@ -219,6 +231,8 @@ def take_over(launch: Launch) -> None:
         os.dup2(source, target)
     os.close(log_fd)
     os.close(devnull)
+    if launch.workdir is not None:
+        os.chdir(launch.workdir)
     if launch.memory_limit_mb is not None:
         apply_memory_limit(launch.memory_limit_mb)
     set_title(launcher_title(launch.run_dir))

@@ -79,7 +79,12 @@ def run_attempt(settings: Settings, pool: str, job_id: str, attempt: int) -> int
         return 0
     address = _address(node_id) or settings.node_address
     here = settings.model_copy(
-        update={"node_name": node_id, "node_address": address, "node_cpu_slots": slots}
+        update={
+            "node_name": node_id,
+            "node_address": address,
+            "node_cpu_slots": slots,
+            "warm_sandbox": "never",  # no next attempt here to keep one for
+        }
     )
     agent = OneAttemptAgent(here, detect_capacity(here))
     stopped = threading.Event()

@@ -8,7 +8,8 @@ launched the attempt, turns them into the `start_phases` event the job page show
 
     launch       the agent's launch -> the rank's process exists (cold: the launcher's
                  interpreter, torchrun's import of torch, its store, the rank's spawn;
-                 warm: the request to a warm launcher and the fork)
+                 warm: the request to a warm launcher and the fork; in a warm sandbox,
+                 binding the attempt's folders into it first)
     interpreter  -> the rank's entry point runs (Python's start, the entry's own imports)
     imports      -> torch and the training stack are imported
     rendezvous   -> the process group is joined
@@ -84,9 +85,29 @@ def durations(ends: dict[str, float], launched_at: float | None) -> dict[str, fl
     return spent
 
 
-def describe(ends: dict[str, float], warm: bool, launched_at: float | None) -> str:
-    """The `start_phases` event's message: the total and each phase, for people."""
+@dataclass(frozen=True)
+class StartPath:
+    """How the node agent started the ranks, beyond what they say themselves (warm or
+    cold): what the `start_phases` event adds."""
+
+    sandbox: bool = False
+    """Bundled code in a sandbox: a warm start's was made before the attempt came
+    (workers/warm_sandbox.py)."""
+    why_cold: str | None = None
+    """Why the ranks did not start warm (torchrun, no warm launcher ready, ...)."""
+
+
+def describe(
+    ends: dict[str, float], warm: bool, launched_at: float | None, path: StartPath | None = None
+) -> str:
+    """The `start_phases` event's message: how the ranks started, the total and each phase,
+    for people; a cold start ends with why it was not warm, where the agent said."""
+    path = path or StartPath()
     spent = durations(ends, launched_at)
     parts = ", ".join(f"{phase.replace('_', ' ')} {s:.2f} s" for phase, s in spent.items())
     total = sum(spent.values())
-    return f"{'warm' if warm else 'cold'} start, {total:.2f} s to the first step: {parts}"
+    how = "cold start"
+    if warm:
+        how = "warm start in a sandbox made before it" if path.sandbox else "warm start"
+    why = f"; not warm: {path.why_cold}" if path.why_cold and not warm else ""
+    return f"{how}, {total:.2f} s to the first step: {parts}{why}"

@@ -2,12 +2,10 @@
 warm launcher kept ready per node, handed to the next attempt it may serve, and how an
 attempt's launch reaches it.
 
-Only recipes the operator installed (the built-in ones among them) start warm: their ranks
-run the platform's code, unsandboxed, as the worker's user, which is what the warm launcher
-is. Bundled code runs in an attempt's own sandbox (namespaces, uid, cgroup, seccomp) that
-exists only once the attempt does, so nothing can be imported for it ahead of time but in
-that sandbox, at the attempt's start: the cold path. Scripts and multi-node attempts keep
-torchrun (its rendezvous across nodes, a script's own launcher expectations).
+This launcher serves recipes the operator installed (the built-in ones among them): their
+ranks run the platform's code, unsandboxed, as the worker's user, which is what it is.
+Bundled code starts from a warm launcher of its own, inside a sandbox made before the
+attempt came (warm_sandbox.py); attempt_launch.py says which attempts keep torchrun.
 
 A warm launcher serves one attempt and exits with it; the next is started only when no
 attempt on the node is still starting, so its imports never slow a start down.
@@ -30,16 +28,19 @@ log = logging.getLogger(__name__)
 LAUNCHER_MODULE = "ampfleet.workers.local_launcher"
 
 
+def launcher_command(*, warm: bool) -> list[str]:
+    """A local launcher: a warm one has room in its arguments for the titles it sets."""
+    command = [sys.executable, "-m", LAUNCHER_MODULE]
+    return [*command, WARM_FLAG, ROOM_ARGUMENT] if warm else command
+
+
 def start_launcher(
     launch: Launch | None, *, stdout: IO[bytes] | int, env: dict[str, str]
 ) -> subprocess.Popen[bytes]:
     """A local launcher in a session of its own (the attempt's process group): cold, given
     its launch now, or warm (`launch` None), waiting for one."""
-    command = [sys.executable, "-m", LAUNCHER_MODULE]
-    if launch is None:
-        command += [WARM_FLAG, ROOM_ARGUMENT]
     process = subprocess.Popen(
-        command,
+        launcher_command(warm=launch is None),
         stdin=subprocess.PIPE,
         stdout=stdout,
         stderr=subprocess.STDOUT,

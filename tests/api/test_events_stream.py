@@ -16,8 +16,15 @@ SSE = {"Accept": "text/event-stream"}
 
 
 def read_frames(client: TestClient, job_id: str, headers: dict[str, str]) -> list[dict]:
+    return read_stream(client, f"/v1/jobs/{job_id}/events", headers)
+
+
+def read_stream(
+    client: TestClient, path: str, headers: dict[str, str], params: dict[str, str] | None = None
+) -> list[dict]:
+    """Every frame of an event stream that ends by itself, as {field: value}."""
     frames = []
-    with client.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers) as response:
+    with client.stream("GET", path, headers=headers, params=params) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         current: dict = {}

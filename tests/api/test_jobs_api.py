@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from ampfleet.api.jobs.schemas import JobOut
 from ampfleet.core.db import session_scope
 from ampfleet.core.lifecycle import transition
 from ampfleet.core.states import JobState
@@ -35,6 +36,22 @@ def test_submit_returns_202_with_location_and_resolved_defaults(client: TestClie
     assert [(e["from_state"], e["to_state"], e["reason"]) for e in events] == [
         (None, "QUEUED", "submitted")
     ]
+
+
+def test_submit_and_get_answer_the_documented_job_as_json(client: TestClient) -> None:
+    """Both routes send their JobOut's JSON themselves (no response-model pass in a
+    thread): it is exactly what the model says, and the document still names JobOut."""
+    submitted = client.post("/v1/jobs", json=job_spec(labels={"team": "vision"}))
+    fetched = client.get(f"/v1/jobs/{submitted.json()['id']}")
+    for response in (submitted, fetched):
+        assert response.headers["content-type"] == "application/json"
+        body = response.json()
+        assert JobOut.model_validate(body).model_dump(mode="json", by_alias=True) == body
+    assert fetched.json()["goodput"] is not None  # GET's detail, which listings leave out
+    paths = client.get("/openapi.json").json()["paths"]
+    for verb, path, code in (("post", "/v1/jobs", "202"), ("get", "/v1/jobs/{job_id}", "200")):
+        schema = paths[path][verb]["responses"][code]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": "#/components/schemas/JobOut"}
 
 
 def test_a_job_says_how_many_ranks_it_runs_whatever_its_shape(client: TestClient) -> None:

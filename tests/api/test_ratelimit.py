@@ -61,6 +61,31 @@ def test_a_process_leases_a_few_tokens_at_a_time(redis_url: str) -> None:
     assert len(calls) == 6
 
 
+def test_only_a_leased_token_is_taken_without_redis(redis_url: str) -> None:
+    """The API takes a token on its event loop only when this process holds a lease (or
+    Redis is out); otherwise it is told to ask Redis, and nothing was taken meanwhile."""
+    buckets, key = RedisBuckets(redis_url, lease_lifetime_s=3600), a_key()
+    calls = script_calls(buckets)
+    assert buckets.take_without_io(key, 100.0, 1000.0) is None  # no lease yet
+    assert buckets.take(key, 100.0, 1000.0) == 0.0  # leases 10, spends 1
+    assert [buckets.take_without_io(key, 100.0, 1000.0) for _ in range(9)] == [0.0] * 9
+    assert buckets.take_without_io(key, 100.0, 1000.0) is None  # the lease is spent
+    assert len(calls) == 1
+    # One token at a time at this rate: a request that Redis refuses is refused here too.
+    small, exact = RedisBuckets(redis_url), a_key()
+    assert small.take(exact, 0.01, 1.0) == 0.0
+    assert small.take_without_io(exact, 0.01, 1.0) is None
+    assert small.take(exact, 0.01, 1.0) > 0
+
+
+def test_local_buckets_always_answer_without_io() -> None:
+    buckets, key = LocalBuckets(), a_key()
+    assert buckets.take_without_io(key, 0.01, 1.0) == 0.0
+    wait = buckets.take_without_io(key, 0.01, 1.0)
+    assert wait is not None
+    assert wait > 0
+
+
 def test_without_redis_this_process_still_limits(caplog: pytest.LogCaptureFixture) -> None:
     unreachable = RedisBuckets("redis://127.0.0.1:1/0")
     calls = script_calls(unreachable)
@@ -69,6 +94,9 @@ def test_without_redis_this_process_still_limits(caplog: pytest.LogCaptureFixtur
     assert unreachable.take(key, 0.01, 2.0) > 0
     assert "rate limit from this process only" in caplog.text
     assert len(calls) == 1  # the next requests did not wait on Redis again
+    on_the_loop = unreachable.take_without_io(key, 0.01, 2.0)  # nor does the event loop's
+    assert on_the_loop is not None
+    assert on_the_loop > 0
 
 
 def test_the_deployment_picks_its_buckets(redis_url: str) -> None:

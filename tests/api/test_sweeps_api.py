@@ -8,49 +8,10 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
 
-from ampfleet.core.db import session_scope
-from ampfleet.core.models import Job, utcnow
 from ampfleet.core.states import JobState
-from ampfleet.scheduler.sweeps import advance_sweeps
 from tests.support.factories import job_spec
-
-
-def sweep_spec(**overrides: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "base": job_spec(stop={"max_steps": 30}, eval_every_steps=10),
-        "space": {
-            "learning_rate": {"type": "log_uniform", "low": 1e-4, "high": 1e-1},
-            "precision": {"type": "categorical", "choices": ["bf16", "fp32"]},
-        },
-        "objectives": [{"metric": "val_accuracy", "direction": "maximize"}],
-        "sampler": {"type": "random", "seed": 1},
-        "pruner": {"type": "asha", "min_resource": 10, "reduction_factor": 2},
-        "budget": {"max_trials": 5, "max_concurrent": 2},
-    }
-    spec.update(overrides)
-    return spec
-
-
-def controller_pass() -> None:
-    with session_scope() as session:
-        advance_sweeps(session, utcnow())
-
-
-def trial_jobs(sweep_id: str) -> list[Job]:
-    with session_scope() as session:
-        jobs = list(session.scalars(select(Job).where(Job.sweep_id == sweep_id)))
-        session.expunge_all()
-    return sorted(jobs, key=lambda j: j.trial or 0)
-
-
-def end_jobs(job_ids: list[str], state: JobState = JobState.FAILED) -> None:
-    with session_scope() as session:
-        for job_id in job_ids:
-            job = session.get(Job, job_id)
-            assert job is not None
-            job.state, job.failure_reason = state.value, "ended by the test"
+from tests.support.sweeps import controller_pass, end_jobs, sweep_spec, trial_jobs
 
 
 def test_a_sweep_starts_trials_up_to_its_concurrency_and_budget(client: TestClient) -> None:

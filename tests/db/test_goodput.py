@@ -1,7 +1,8 @@
 """Goodput from what the ranks report and what the allocation rows hold: a job that trained
 to step 8, checkpointed at 6 and was restarted from there counts steps 7-8 as recomputed,
-its launch as start-up, and every allocated slot-second lands in exactly one kind; the API
-and /metrics show the same figures (both backends)."""
+its launch as start-up, and every allocated slot-second lands in exactly one kind; a sweep's
+trial that was pruned counts all it held as pruned; the API and /metrics show the same
+figures (both backends)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from sqlalchemy import update
 
 from ampfleet.core import goodput
 from ampfleet.core.db import session_scope
-from ampfleet.core.models import Allocation, Job, utcnow
+from ampfleet.core.models import Allocation, Job, Sweep, SweepTrial, utcnow
 from ampfleet.core.settings import get_settings
 from ampfleet.core.states import JobState
 from ampfleet.workers.ingest import AttemptFeed, apply_records
@@ -210,3 +211,49 @@ def test_a_project_counts_only_its_jobs_within_the_window(restarted_job: str) ->
         assert goodput.by_project(session, 3600.0, "other") == {}
         assert set(goodput.by_project(session, 3600.0)) == {"default"}
         assert goodput.by_project(session, 1.0) == {}  # submitted 5 minutes ago
+
+
+def _a_trial_of_a_sweep(job_id: str, state: str) -> None:
+    with session_scope() as session:
+        session.add(
+            Sweep(id="swp_goodput", project="default", spec={}, base_resolved={}, state="RUNNING")
+        )
+        session.flush()
+        trial = {"number": 0, "job_id": job_id, "state": state}
+        session.add(SweepTrial(sweep_id="swp_goodput", **trial, params={}, distributions={}))
+        session.execute(update(Job).where(Job.id == job_id).values(sweep_id="swp_goodput"))
+
+
+def test_a_pruned_trial_counts_all_it_held_as_pruned(
+    restarted_job: str, client: TestClient
+) -> None:
+    _a_trial_of_a_sweep(restarted_job, "pruned")
+    with session_scope() as session:
+        job = session.get(Job, restarted_job)
+        assert job is not None
+        counted = goodput.of_job(session, job)
+        attempts = goodput.of_attempts(session, job)
+    assert counted.pruned_slot_s == pytest.approx(SLOTS * (20 + 10))
+    assert counted.pruned_slot_s == counted.allocated_slot_s
+    for kind in set(goodput.KINDS) - {"pruned"}:
+        assert getattr(counted, f"{kind}_slot_s") == 0, kind
+    assert counted.queued_s == pytest.approx(5 + 10)  # waiting is not slot-seconds
+    assert sum(a.pruned_slot_s for a in attempts.values()) == pytest.approx(60.0)
+    shown = client.get(f"/v1/jobs/{restarted_job}").json()["goodput"]
+    assert (shown["pruned_slot_s"], shown["training_slot_s"]) == (pytest.approx(60.0), 0)
+    project = client.get("/v1/projects/default").json()["goodput"]
+    assert project["pruned_slot_s"] == pytest.approx(60.0)
+    assert project["ratio"] == 0
+    text = client.get("/metrics").text
+    assert 'ampfleet_project_slot_seconds{project="default",kind="pruned"} 60.000' in text
+    assert 'ampfleet_project_slot_seconds{project="default",kind="training"} 0.000' in text
+
+
+def test_a_trial_that_completed_counts_as_any_job(restarted_job: str) -> None:
+    _a_trial_of_a_sweep(restarted_job, "complete")
+    with session_scope() as session:
+        job = session.get(Job, restarted_job)
+        assert job is not None
+        counted = goodput.of_job(session, job)
+    assert counted.pruned_slot_s == 0
+    assert counted.training_slot_s == pytest.approx(SLOTS * (6.0 + 4.0))

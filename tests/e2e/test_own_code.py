@@ -1,7 +1,8 @@
 """Bring your own model, as a new user does it from a shell: `ampfleet init` writes a recipe
 project, the test makes a CSV dataset, `ampfleet submit --code . --data train=...` packs and
-uploads both and follows the job (2 ranks, bf16, in the bubblewrap sandbox) to SUCCEEDED,
-and the model and the file the recipe wrote to its output folder download from the API."""
+uploads both and follows the job (2 ranks, bf16, in the bubblewrap sandbox: the node's warm
+one, given the bundle and the dataset as it takes the job) to SUCCEEDED, and the model and
+the file the recipe wrote to its output folder download from the API."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import yaml
 
 from ampfleet.core.sandbox import bubblewrap_problem
 from tests.conftest import FleetFactory
-from tests.support.fleet import fleet_cli
+from tests.support.fleet import fleet_cli, start_message, warm_sandbox_ready
 
 pytestmark = [
     pytest.mark.e2e,
@@ -38,7 +39,7 @@ def three_clouds(path: Path) -> None:
 def test_an_init_project_with_its_dataset_trains_and_its_outputs_download(
     make_fleet: FleetFactory, tmp_path: Path
 ) -> None:
-    fleet = make_fleet("embedded", cpu_slots=2)
+    fleet = make_fleet("embedded", cpu_slots=2, extra_env={"AMPFLEET_WARM_SANDBOX": "always"})
     made = fleet_cli(fleet, "init", "my-model", "--dir", str(tmp_path / "my-model"), cwd=tmp_path)
     assert made.returncode == 0, made.stdout + made.stderr
     project = tmp_path / "my-model"
@@ -47,6 +48,7 @@ def test_an_init_project_with_its_dataset_trains_and_its_outputs_download(
     (project / "job.yaml").write_text(yaml.safe_dump(spec))
     three_clouds(tmp_path / "clouds.csv")
 
+    fleet.wait_until(lambda: warm_sandbox_ready(fleet), timeout=180, what="a warm sandbox")
     submitted = fleet_cli(
         fleet,
         "submit",
@@ -71,6 +73,7 @@ def test_an_init_project_with_its_dataset_trains_and_its_outputs_download(
     started = [e for e in fleet.events(job_id) if e["to_state"] == "RUNNING"]
     assert started[0]["message"].startswith("2 ranks on gloo")
     assert job["precision"]["effective"] == "bf16"
+    assert start_message(fleet, job_id).startswith("warm start in a sandbox made before it")
 
     out = tmp_path / "downloaded"
     for args in ([], ["--name", "outputs/data_summary.json"]):

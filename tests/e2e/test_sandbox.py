@@ -18,6 +18,7 @@ from ampfleet.core.settings import get_settings
 from tests.conftest import FleetFactory
 from tests.e2e.test_bundled_code import code_spec
 from tests.support.archives import zip_of
+from tests.support.fleet import start_message, warm_sandbox_ready
 
 pytestmark = [
     pytest.mark.e2e,
@@ -101,6 +102,9 @@ def test_a_probing_recipe_finds_and_changes_nothing_outside_its_folders(
         )
     )
     fleet.wait_for_state(earlier["id"], {"SUCCEEDED"})
+    # The earlier job started cold; the node keeps a warm sandbox from then on
+    # (AMPFLEET_WARM_SANDBOX=once_used), and this one starts in it.
+    fleet.wait_until(lambda: warm_sandbox_ready(fleet), timeout=180, what="a warm sandbox")
     job = fleet.submit(
         code_spec(
             bundle.json()["id"],
@@ -111,6 +115,10 @@ def test_a_probing_recipe_finds_and_changes_nothing_outside_its_folders(
     )
     fleet.wait_for_state(job["id"], {"SUCCEEDED"})
     report = json.loads(fleet.http.get(f"/v1/jobs/{job['id']}/artifacts/outputs/report.json").text)
+    assert start_message(fleet, earlier["id"]).endswith(
+        "not warm: no warm sandbox was ready (one starts once no attempt on the node is starting)"
+    )
+    assert start_message(fleet, job["id"]).startswith("warm start in a sandbox made before it")
     assert report["environment"] == []
     assert report["pid_one_credentials"] is False
     assert report["database_exists"] is False
@@ -190,10 +198,14 @@ recipe = RecipeDefinition(
 def test_a_fork_bomb_meets_the_task_limit_and_a_planted_pickle_is_never_loaded(
     make_fleet: FleetFactory,
 ) -> None:
-    fleet = make_fleet("embedded", extra_env={"AMPFLEET_SANDBOX_MAX_TASKS": "256"})
+    fleet = make_fleet(
+        "embedded",
+        extra_env={"AMPFLEET_SANDBOX_MAX_TASKS": "256", "AMPFLEET_WARM_SANDBOX": "always"},
+    )
     marker = fleet.root / "unpickled"  # where the agent or the API could write, not a rank
     bundle = fleet.http.post("/v1/bundles", content=zip_of({"bomb_pkg/recipe.py": BOMB}))
     assert bundle.status_code == 201, bundle.text
+    fleet.wait_until(lambda: warm_sandbox_ready(fleet), timeout=180, what="a warm sandbox")
     job = fleet.submit(
         code_spec(
             bundle.json()["id"],
@@ -203,6 +215,8 @@ def test_a_fork_bomb_meets_the_task_limit_and_a_planted_pickle_is_never_loaded(
         )
     )
     fleet.wait_for_state(job["id"], {"SUCCEEDED"})
+    # The warm sandbox's cgroup, its limit the same: the launcher's threads count in it.
+    assert start_message(fleet, job["id"]).startswith("warm start in a sandbox made before it")
     outputs = f"/v1/jobs/{job['id']}/artifacts/outputs"
     forked = int(fleet.http.get(f"{outputs}/forked.txt").text)
     assert 0 < forked < 256

@@ -4,6 +4,7 @@ that diverges, and the best trial is at least as good as the recipe's defaults."
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from tests.support.fleet import Fleet, fleet_cli
 
 pytestmark = pytest.mark.e2e
 
-STEPS, EVAL_EVERY = 150, 25
+STEPS, EVAL_EVERY = 120, 20
 DEFAULT_LR = 3e-3  # the digits recipe's default learning rate
 
 
@@ -33,10 +34,21 @@ def base(**overrides: Any) -> dict[str, Any]:
 
 
 def wait_for_sweep(fleet: Fleet, sweep_id: str, timeout: float = 600) -> dict[str, Any]:
-    def ended() -> bool:
-        return fleet.http.get(f"/v1/sweeps/{sweep_id}").json()["state"] != "RUNNING"
-
-    fleet.wait_until(ended, timeout=timeout, what=f"sweep {sweep_id} to end")
+    """Follows the sweep's event stream to its `end` (the sweep and its trials ended): a
+    client that waits on the server's stream rather than polling the whole sweep."""
+    deadline = time.monotonic() + timeout
+    kinds: list[str] = []
+    while "end" not in kinds and time.monotonic() < deadline:
+        with fleet.http.stream(
+            "GET", f"/v1/sweeps/{sweep_id}/events", headers={"Accept": "text/event-stream"}
+        ) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("event: "):
+                    kinds.append(line.removeprefix("event: "))
+                if kinds[-1:] == ["end"] or time.monotonic() > deadline:
+                    break
+    assert "end" in kinds, f"sweep {sweep_id} still running after {timeout:g} s\n{fleet.logs()}"
+    assert "progress" in kinds
     return dict(fleet.http.get(f"/v1/sweeps/{sweep_id}").json())
 
 
@@ -95,11 +107,24 @@ def test_an_asha_sweep_over_learning_rate_and_precision(fleet: Fleet) -> None:
     assert best["values"][0] == final_accuracy(fleet, best["job_id"])
     assert best["values"][0] >= final_accuracy(fleet, default["id"])
     report = {row["precision"]: row for row in sweep["precision_report"]}
-    assert set(report) <= {"fp32", "bf16"}
+    assert set(report) == {t["params"]["precision"] for t in trials}  # pruned ones too
+    assert report[best["params"]["precision"]]["trial"] == best["number"]
     for row in report.values():
         assert row["samples_per_s"] > 0
-        assert row["value"] <= best["values"][0]
+        if row["state"] == "complete":
+            assert row["value"] <= best["values"][0]
+        else:
+            assert row["reason"], row
     assert sweep["slot_s"]["pruned"] > 0
+    events = fleet.http.get(f"/v1/sweeps/{sweep['id']}/events").json()["items"]
+    assert [e["trial"] for e in events if e["type"] == "sweep.trial_started"] == list(range(8))
+    assert {e["trial"] for e in events if e["type"] == "sweep.trial_pruned"} == {
+        t["number"] for t in pruned
+    }
+    assert events[-1]["type"] == "sweep.succeeded"
+    for trial in pruned:  # a pruned trial's slot-seconds are goodput's `pruned`
+        goodput = fleet.job(trial["job_id"])["goodput"]
+        assert goodput["pruned_slot_s"] == goodput["allocated_slot_s"] > 0
 
 
 def test_a_diverging_trial_is_pruned_for_its_numerics(fleet: Fleet) -> None:

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ampfleet.workers.training.allreduce import (
-    DDP_BUCKET_ELEMENTS,
-    AllReduceState,
-    measure_auto,
-)
+from ampfleet.workers.training.allreduce import AllReduceState
+from ampfleet.workers.training.allreduce_auto import DDP_BUCKET_ELEMENTS, measure_auto
 from ampfleet.workers.training.ring import PairDirections, Workspace, wire_average_
 
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}

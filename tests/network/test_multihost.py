@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ampfleet.workers.training.allreduce import AUTO_MIN_SPEEDUP
+from ampfleet.workers.training.allreduce_auto import choose
 from tests.network.conftest import BedFleet, bed_fleet
 from tests.support.factories import job_spec
 
@@ -71,10 +71,13 @@ def test_auto_allreduce_measures_the_link_and_takes_what_it_measured(fleet: BedF
         r"fp32 ([\d.]+) ms, bf16 (.+); chose (\w+)(?: by the (\w+) wire)?$", message
     )
     assert figures is not None, message
-    fp32_ms, chose, wire = float(figures[1]), figures[3], figures[4]
-    wires = {name: float(ms) for name, ms in re.findall(r"(\w+) ([\d.]+) ms", figures[2])}
-    assert set(wires) == {"swap", "ring", "gloo"}, message  # every gloo wire, timed
-    fastest = min(wires, key=lambda name: wires[name])
-    assert chose == ("bf16" if fp32_ms >= wires[fastest] * AUTO_MIN_SPEEDUP else "fp32")
-    assert wire == (fastest if chose == "bf16" else None), message
+    chose, wire = figures[3], figures[4]
+    ratios = {
+        name: float(ratio)
+        for name, ratio in re.findall(r"(\w+) [\d.]+ ms \(([\d.]+)x\)", figures[2])
+    }
+    assert set(ratios) == {"swap", "ring", "gloo"}, message  # every gloo wire, timed
+    taken, pays = choose(ratios, "swap")
+    assert chose == ("bf16" if pays else "fp32"), message
+    assert wire == (taken if pays else None), message
     assert done["allreduce_dtype"] == {"requested": "auto", "effective": chose}

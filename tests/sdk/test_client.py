@@ -238,7 +238,8 @@ def test_error_answers_raise_typed_exceptions(fleet: Fleet, client: Client, tmp_
     spec_file.write_text("recipe: digits\nstop: {max_steps: 0}\n")
     with pytest.raises(SpecError) as from_file:
         client.submit(spec_file)
-    assert from_file.value.fields == ["stop.max_steps"]
+    assert from_file.value.fields == ["stop"]  # a rule of the whole stop (with init_from)
+    assert "max_steps 0 trains nothing" in str(from_file.value)
 
 
 def test_url_and_key_default_to_the_environment_then_the_data_dirs_admin_key(

@@ -16,6 +16,7 @@ from tests.conftest import FleetFactory
 from tests.e2e.test_bundled_code import code_spec
 from tests.support.archives import zip_of
 from tests.support.factories import job_spec
+from tests.support.fleet import start_message, warm_sandbox_ready
 
 pytestmark = [
     pytest.mark.e2e,
@@ -81,7 +82,7 @@ recipe = RecipeDefinition(
 def test_a_hostile_bundle_gets_nothing_while_another_project_trains(
     make_fleet: FleetFactory,
 ) -> None:
-    fleet = make_fleet("postgres+redis")
+    fleet = make_fleet("postgres+redis", extra_env={"AMPFLEET_WARM_SANDBOX": "always"})
     data_dir = fleet.root / "var"
     targets = [["127.0.0.1", fleet.port]]
     for url, default in (
@@ -93,6 +94,8 @@ def test_a_hostile_bundle_gets_nothing_while_another_project_trains(
     secrets = [str(data_dir / "admin.key"), "/etc/shadow", "/proc/1/environ", str(data_dir)]
     bundle = fleet.http.post("/v1/bundles", content=zip_of({"hostile_pkg/recipe.py": HOSTILE}))
     assert bundle.status_code == 201, bundle.text
+    # In the node's warm sandbox: made before it came, given its folders as it did.
+    fleet.wait_until(lambda: warm_sandbox_ready(fleet), timeout=180, what="a warm sandbox")
     victim = fleet.submit(job_spec(project="victim", stop={"max_steps": 40}, log_every_steps=1))
     hostile = fleet.submit(
         code_spec(
@@ -105,6 +108,7 @@ def test_a_hostile_bundle_gets_nothing_while_another_project_trains(
     fleet.wait_for_state(hostile["id"], {"SUCCEEDED"}, timeout=300)
     fleet.wait_for_state(victim["id"], {"SUCCEEDED"}, timeout=300)
 
+    assert start_message(fleet, hostile["id"]).startswith("warm start in a sandbox made before it")
     artifacts = fleet.http.get(f"/v1/jobs/{hostile['id']}/artifacts").json()["items"]
     names = {a["name"] for a in artifacts}
     assert not {n for n in names if n.startswith("outputs/forged")}

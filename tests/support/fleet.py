@@ -298,6 +298,12 @@ def transitions(fleet: Fleet, job_id: str) -> list[tuple[str | None, str, str]]:
     ]
 
 
+def start_message(fleet: Fleet, job_id: str) -> str:
+    """The job's one start_phases event, as people read it (warm or cold, and why)."""
+    (message,) = [e["message"] for e in fleet.events(job_id) if e["reason"] == "start_phases"]
+    return str(message)
+
+
 def start_phases(fleet: Fleet, job_id: str) -> list[dict[str, float]]:
     """Each start_phases event of the job, as seconds per phase (from its message)."""
     found = []
@@ -306,6 +312,20 @@ def start_phases(fleet: Fleet, job_id: str) -> list[dict[str, float]]:
             pairs = re.findall(r"([a-z][a-z ]*?) (\d+\.\d+) s", event["message"].split(": ")[1])
             found.append({name: float(seconds) for name, seconds in pairs})
     return found
+
+
+def warm_sandbox_ready(fleet: Fleet, node: str = "node-a") -> bool:
+    """Whether the node's worker holds a warm sandbox whose launcher finished its imports
+    (a process deeper down, as a sandbox's uid)."""
+    from ampfleet.workers.local_launcher import WARM_TITLE
+
+    worker = psutil.Process(fleet.processes[f"worker-{node}"].pid)
+    for process in worker.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            title = " ".join(process.cmdline())
+            if title.startswith(f"{WARM_TITLE}, ready") and process.uids().real != 0:
+                return True
+    return False
 
 
 def warm_launcher_ready(fleet: Fleet, node: str = "node-a") -> bool:

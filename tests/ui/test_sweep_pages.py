@@ -148,10 +148,11 @@ def test_a_sweeps_page_shows_its_trials_charts_report_and_best_model(
     jobs = {t["number"]: t["job_id"] for t in trials}
     for row in sweep["precision_report"]:
         shown = page.locator(f"#precision-report tr[data-precision='{row['precision']}']")
-        expect(shown.locator("td.trials")).to_have_text(str(row["trials"]))
-        expect(shown.locator("td.best a")).to_have_attribute(
-            "href", f"#/jobs/{jobs[row['best_trial']]}"
+        expect(shown.locator("td.trials")).to_have_text(f"{row['trials']} ({row['complete']})")
+        expect(shown.locator("td.trial a")).to_have_attribute(
+            "href", f"#/jobs/{jobs[row['trial']]}"
         )
+        expect(shown.locator("td.outcome")).to_contain_text(row["state"])
 
     # The best trial, and its model downloaded as the job lists it.
     winner = page.locator("#best-trial .winner")

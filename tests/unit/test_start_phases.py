@@ -8,7 +8,7 @@ import sys
 import time
 
 from ampfleet.workers.records import Rejected, parse
-from ampfleet.workers.start_phases import PHASES, describe, durations
+from ampfleet.workers.start_phases import PHASES, StartPath, describe, durations
 
 ENDS = {
     "launch": 101.5,
@@ -41,6 +41,18 @@ def test_each_phase_is_the_time_since_the_one_before_and_the_launch_the_agents()
     # A folder the agent took over: it never knew when the ranks were launched.
     assert "launch" not in durations(ENDS, launched_at=None)
     assert describe(ENDS, warm=True, launched_at=None).startswith("warm start, 3.00 s")
+
+
+def test_a_start_says_where_it_was_warm_and_why_it_was_not() -> None:
+    in_sandbox = describe(ENDS, warm=True, launched_at=100.0, path=StartPath(sandbox=True))
+    assert in_sandbox.startswith("warm start in a sandbox made before it, 4.50 s to the first")
+    cold = describe(ENDS, warm=False, launched_at=100.0, path=StartPath(why_cold="no launcher"))
+    assert cold.startswith("cold start, 4.50 s to the first step: launch 1.50 s")
+    assert cold.endswith("first step 0.50 s; not warm: no launcher")
+    # The ranks say whether they started warm; a reason for a cold start is only said then.
+    assert describe(ENDS, warm=True, launched_at=100.0, path=StartPath(why_cold="x")).endswith(
+        "first step 0.50 s"
+    )
 
 
 def test_a_phase_that_ends_before_it_began_is_left_out_not_negative() -> None:

@@ -1,17 +1,20 @@
 """The controller's study, rebuilt from trial rows before every ask as the scheduler does it:
 a grid is walked without repeating a point while trials still run, other samplers do not
-repeat their first choice, and ASHA's rungs survive the rebuild (the pruner stops a trial
-that is behind the ones before it at the same rung)."""
+repeat their first choice, ASHA's rungs survive the rebuild (the pruner stops a trial that
+is behind the ones before it at the same rung), and so do Hyperband's brackets."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import optuna
 import pytest
 
 from ampfleet.core.models import SweepTrial
 from ampfleet.core.sweep_spec import SweepSpec
 from ampfleet.scheduler import sweep_study
+
+SWEEP = "swp_test"
 
 
 def _spec(sampler: str, **overrides: Any) -> SweepSpec:
@@ -33,7 +36,7 @@ def _spec(sampler: str, **overrides: Any) -> SweepSpec:
 def _ask_all(spec: SweepSpec, count: int) -> list[SweepTrial]:
     trials: list[SweepTrial] = []
     for number in range(count):
-        params, dists, attrs = sweep_study.ask(sweep_study.build(spec, trials), spec)
+        params, dists, attrs = sweep_study.ask(sweep_study.build(SWEEP, spec, trials), spec)
         trials.append(
             SweepTrial(
                 number=number,
@@ -63,10 +66,41 @@ def test_a_rebuilt_study_does_not_repeat_its_first_choice(sampler: str) -> None:
 def test_asha_rungs_survive_a_rebuild() -> None:
     spec = _spec("random", pruner={"type": "asha", "min_resource": 10, "reduction_factor": 2})
     first, second = _ask_all(spec, 2)
-    study = sweep_study.build(spec, [first, second])
+    study = sweep_study.build(SWEEP, spec, [first, second])
     assert not sweep_study.report(study, 0, [(10, 0.9)])
     first.system_attrs = sweep_study.attrs_of(study, 0)
     first.intermediate = {"10": 0.9}
     assert first.system_attrs["completed_rung_0"] == 0.9
-    rebuilt = sweep_study.build(spec, [first, second])  # the next pass
+    rebuilt = sweep_study.build(SWEEP, spec, [first, second])  # the next pass
     assert sweep_study.report(rebuilt, 1, [(10, 0.5)])  # behind trial 0 at rung 0
+
+
+def _bracket(study: optuna.Study, number: int) -> int:
+    pruner = study.pruner
+    assert isinstance(pruner, optuna.pruners.HyperbandPruner)
+    return pruner._get_bracket_id(study, study.trials[number])
+
+
+def test_hyperband_keeps_each_trial_in_its_bracket_across_rebuilds() -> None:
+    spec = _spec("random", pruner={"type": "hyperband", "min_resource": 1})
+    trials = _ask_all(spec, 12)
+    first = sweep_study.build(SWEEP, spec, trials)
+    sweep_study.report(first, 0, [(1, 0.5)])  # Hyperband sets its brackets up on a report
+    rebuilt = sweep_study.build(SWEEP, spec, trials)
+    sweep_study.report(rebuilt, 0, [(1, 0.5)])
+    brackets = [_bracket(first, n) for n in range(12)]
+    assert len(set(brackets)) > 1  # 40 steps from 1 by 3: four brackets to spread over
+    assert [_bracket(rebuilt, n) for n in range(12)] == brackets
+
+
+def test_hyperband_prunes_a_laggard_in_its_bracket_on_a_later_pass() -> None:
+    spec = _spec("random", pruner={"type": "hyperband", "min_resource": 10, "reduction_factor": 2})
+    trials = _ask_all(spec, 12)
+    study = sweep_study.build(SWEEP, spec, trials)
+    sweep_study.report(study, 0, [(10, 0.9)])
+    leader = trials[0]
+    rival = next(n for n in range(1, 12) if _bracket(study, n) == _bracket(study, 0))
+    leader.system_attrs = sweep_study.attrs_of(study, 0)
+    leader.intermediate = {"10": 0.9}
+    rebuilt = sweep_study.build(SWEEP, spec, trials)  # the next pass
+    assert sweep_study.report(rebuilt, rival, [(10, 0.5)])

@@ -5,13 +5,10 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ampfleet.core.models import Bundle, Job
+from ampfleet.core.job_creation import bundle_recipe
+from ampfleet.core.models import Bundle, Job, Sweep
 from ampfleet.core.states import TERMINAL_STATES
-
-
-def job_recipe(bundle_id: str) -> str:
-    """What a job that runs a bundle stores as its recipe: how its jobs are found."""
-    return f"bundle:{bundle_id}"
+from ampfleet.core.sweep_spec import SweepState
 
 
 def unfinished_jobs_of(session: Session, bundle: Bundle, limit: int = 5) -> list[str]:
@@ -20,7 +17,7 @@ def unfinished_jobs_of(session: Session, bundle: Bundle, limit: int = 5) -> list
             select(Job.id)
             .where(
                 Job.project == bundle.project,
-                Job.recipe == job_recipe(bundle.id),
+                Job.recipe == bundle_recipe(bundle.id),
                 Job.state.not_in([state.value for state in TERMINAL_STATES]),
             )
             .order_by(Job.id)
@@ -40,3 +37,17 @@ def listed(session: Session, project: str | None, limit: int) -> list[Bundle]:
     if project is not None:
         stmt = stmt.where(Bundle.project == project)
     return list(session.scalars(stmt))
+
+
+def running_sweeps_of(session: Session, bundle: Bundle) -> list[str]:
+    """Running sweeps of its project whose trials run it (each new trial fetches it)."""
+    sweeps = session.execute(
+        select(Sweep.id, Sweep.spec).where(
+            Sweep.project == bundle.project, Sweep.state == SweepState.RUNNING.value
+        )
+    )
+    return [
+        sweep_id
+        for sweep_id, spec in sweeps
+        if ((spec.get("base") or {}).get("code") or {}).get("bundle") == bundle.id
+    ]

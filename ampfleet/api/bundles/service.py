@@ -159,6 +159,12 @@ def delete(session: Session, bundle_id: str, principal: Principal) -> str:
             f"bundle {bundle_id} is in use by unfinished jobs ({', '.join(users)}); "
             "delete it once they ended"
         )
+    sweeps = repository.running_sweeps_of(session, row)
+    if sweeps:
+        raise ConflictError(
+            f"bundle {bundle_id} is the base of running sweeps ({', '.join(sweeps)}); delete "
+            "it once they ended, or cancel them"
+        )
     session.delete(row)
     session.flush()
     return row.sha256

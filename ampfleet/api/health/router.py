@@ -62,7 +62,7 @@ def readyz(session: SessionDep) -> Readiness:
     return Readiness(status="ready", database="ok", broker="ok")
 
 
-def metrics_access(
+async def metrics_access(
     request: Request,
     background: BackgroundTasks,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
@@ -71,7 +71,8 @@ def metrics_access(
 ) -> None:
     """Open unless AMPFLEET_METRICS_REQUIRE_KEY: then an admin key, as for the fleet's API."""
     if get_settings().metrics_require_key:
-        admin_principal(current_principal(request, background, credentials, header_key, now))
+        principal = await current_principal(request, background, credentials, header_key, now)
+        await admin_principal(principal)
 
 
 @router.get(

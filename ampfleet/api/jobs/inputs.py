@@ -3,9 +3,10 @@ bare name to its newest version now, so a restart reads the same bytes), each `f
 path checked against the operator's AMPFLEET_DATA_ROOTS (nodes check shared paths again),
 each `job:<id>` to the files of the Hugging Face model that SUCCEEDED job exported
 (`hf/merged/`: each file's object, and the digest of the listing that names the folder on a
-node). Then the recipe's own check of what it can tell from the stored file lists and what
-the uploads read (a model folder without weights or of an architecture it does not train, a
-data file of the wrong format or a line without its field), before anything is queued."""
+node). Then what the recipe's own check sees of them (`listed_inputs`): the stored file lists
+and what the uploads read (so it can refuse a model folder without weights or of an
+architecture it does not train, a data file of the wrong format or a line without its field)
+before anything is queued; the check itself is core's, for a submit and a sweep's trials."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from ampfleet.api.artifacts import repository as artifacts
@@ -25,7 +25,7 @@ from ampfleet.core.artifact_names import HF_PREFIX
 from ampfleet.core.data_roots import under_roots
 from ampfleet.core.dataset_summary import CONFIG, MAX_CONFIG_BYTES, config_summary
 from ampfleet.core.models import Dataset, Job
-from ampfleet.core.recipes import InputError, ListedInput, RecipeDefinition
+from ampfleet.core.recipes import ListedInput
 from ampfleet.core.settings import get_settings
 from ampfleet.core.states import JobState
 
@@ -105,20 +105,13 @@ def input_ref(item: Mapping[str, Any]) -> str:
     return f"{item['name']}@{item['version']}"
 
 
-def check_for_recipe(
-    session: Session,
-    recipe: RecipeDefinition,
-    hyperparameters: BaseModel,
-    resolved: Mapping[str, Mapping[str, Any]],
-) -> None:
-    """The recipe's check of the resolved inputs by their stored file lists and what their
-    uploads read of them (a shared folder has neither: only the nodes see it); a refusal is
-    a 422 on `inputs.<name>`."""
-    listed = {name: _listed(session, item) for name, item in resolved.items()}
-    try:
-        recipe.check_listed_inputs(hyperparameters, listed)
-    except InputError as exc:
-        raise UnprocessableError.for_field(f"inputs.{exc.name}", exc.message) from None
+def listed_inputs(
+    session: Session, resolved: Mapping[str, Mapping[str, Any]]
+) -> dict[str, ListedInput]:
+    """What the recipe's check sees of each resolved input (core/job_creation.py runs it,
+    for a submit and for each of a sweep's trials): its stored file list and what its upload
+    read of it (a shared folder has neither: only the nodes see it)."""
+    return {name: _listed(session, item) for name, item in resolved.items()}
 
 
 def _listed(session: Session, item: Mapping[str, Any]) -> ListedInput:

@@ -10,7 +10,7 @@ from fastapi.responses import StreamingResponse
 from ampfleet.api import stream_tokens
 from ampfleet.api.auth import CurrentPrincipal, ListingScope, Principal
 from ampfleet.api.bounds import MAX_ID, MAX_INT
-from ampfleet.api.deps import ReadSessionDep, SessionDep
+from ampfleet.api.deps import ReadSessionDep, SessionDep, ends_unit_of_work
 from ampfleet.api.errors import responses
 from ampfleet.api.jobs import checkpoint_export, deletion, idempotency, repository, service
 from ampfleet.api.jobs.schemas import (
@@ -22,6 +22,7 @@ from ampfleet.api.jobs.schemas import (
     JobPatch,
 )
 from ampfleet.api.jobs.stream import stream_job
+from ampfleet.api.serialized import json_response
 from ampfleet.api.stream_tokens import StreamToken, stream_principal
 from ampfleet.api.streaming import stream_response_doc, wants_stream
 from ampfleet.core.db import after_commit
@@ -54,12 +55,12 @@ JOB_CURSOR_PATTERN = r"^[A-Za-z0-9_-]{40}$"  # a job id, base64url without paddi
     "Retry-After; the same key with another body answers 422. A key is remembered for "
     "AMPFLEET_IDEMPOTENCY_KEY_TTL_S (a day) after its job was submitted, then free again.",
 )
+@ends_unit_of_work
 def submit_job(
     spec: JobSpec,
     session: SessionDep,
     reader: ReadSessionDep,
     principal: CurrentPrincipal,
-    response: Response,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -68,7 +69,7 @@ def submit_job(
             "AMPFLEET_IDEMPOTENCY_KEY_TTL_S).",
         ),
     ] = None,
-) -> JobOut:
+) -> Response:
     if "project" not in spec.model_fields_set:
         spec = spec.model_copy(update={"project": principal.project})
     principal.check_can_write(spec.project)
@@ -87,10 +88,11 @@ def submit_job(
             session.commit()
     if created:
         after_commit(session, wake_scheduler)  # the scheduler must find the job committed
-    else:
-        response.status_code = status.HTTP_200_OK
-    response.headers["Location"] = f"/v1/jobs/{job.id}"
-    return service.to_out(job)
+    return json_response(
+        service.to_out(job),
+        status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,
+        {"Location": f"/v1/jobs/{job.id}"},
+    )
 
 
 @router.get("", response_model=JobPage, responses=responses(401, 403, 422), summary="List jobs")
@@ -116,8 +118,9 @@ def list_jobs(
 @router.get(
     "/{job_id}", response_model=JobOut, responses=responses(401, 403, 404), summary="Get a job"
 )
-def get_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) -> JobOut:
-    return service.detail(session, service.get(session, job_id, principal))
+@ends_unit_of_work
+def get_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) -> Response:
+    return json_response(service.detail(session, service.get(session, job_id, principal)))
 
 
 @router.post(

@@ -75,6 +75,8 @@ class JobOut(BaseModel):
     allreduce_dtype: PrecisionSetting
     failure_reason: str | None
     labels: dict[str, str]
+    sweep_id: str | None = Field(None, description="The sweep it is a trial of; null: a job.")
+    trial: int | None = Field(None, description="Its trial number in that sweep.")
     spec: dict[str, Any] = Field(description="The spec with every default resolved.")
     created_at: datetime
     updated_at: datetime

@@ -15,7 +15,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import ForbiddenError, Principal, ProjectScope
-from ampfleet.api.bundles import repository as bundles
 from ampfleet.api.bundles.service import bundle_files, entrypoint_problem
 from ampfleet.api.errors import (
     ConflictError,
@@ -27,7 +26,7 @@ from ampfleet.api.errors import (
 from ampfleet.api.goodput import goodput_out
 from ampfleet.api.jobs import eta, idempotency, repository
 from ampfleet.api.jobs.init_from import resolve_init_from
-from ampfleet.api.jobs.inputs import check_for_recipe, resolve_inputs
+from ampfleet.api.jobs.inputs import listed_inputs, resolve_inputs
 from ampfleet.api.jobs.node_shapes import recent_node_shapes
 from ampfleet.api.jobs.schemas import (
     JobOut,
@@ -43,7 +42,7 @@ from ampfleet.core.cancelling import request_cancel
 from ampfleet.core.custom_code import custom_code_allowed, custom_code_refusal
 from ampfleet.core.lifecycle import record_event
 from ampfleet.core.models import Bundle, Job
-from ampfleet.core.recipes import UnknownRecipeError, get_recipe
+from ampfleet.core.recipes import ListedInput, UnknownRecipeError
 from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.core.settings import get_settings
 from ampfleet.core.spec import (
@@ -136,6 +135,16 @@ def admit(session: Session, spec: JobSpec, resolved: Mapping[str, Any]) -> None:
         raise http_refusal(refusal) from None
 
 
+def check_listed_inputs(
+    spec: JobSpec, resolved: Mapping[str, Any], listed: Mapping[str, ListedInput]
+) -> None:
+    """The recipe's check of the resolved inputs (core/job_creation.py), a 422 on its field."""
+    try:
+        job_creation.check_listed_inputs(spec, resolved, listed)
+    except job_creation.AdmissionRefusedError as refusal:
+        raise http_refusal(refusal) from None
+
+
 def http_refusal(
     refusal: job_creation.AdmissionRefusedError,
 ) -> UnprocessableError | TooManyRequestsError:
@@ -182,16 +191,13 @@ def _submit(session: Session, spec: JobSpec, idempotency_key: str | None) -> tup
         if spec.code.command is not None:
             check_script_in(bundle, spec.code.command)
     resolved["inputs"] = resolve_inputs(session, spec.project, spec.inputs)
-    if spec.recipe is not None:  # a bundled recipe's checks run on the node only
-        recipe = get_recipe(spec.recipe)
-        hyperparameters = recipe.hyperparameters.model_validate(resolved["hyperparameters"])
-        check_for_recipe(session, recipe, hyperparameters, resolved["inputs"])
+    check_listed_inputs(spec, resolved, listed_inputs(session, resolved["inputs"]))
     resolved["init_from"] = resolve_init_from(session, spec)
     admit(session, spec, resolved)
     job = job_creation.new_job(
         spec,
         resolved,
-        recipe=spec.recipe or bundles.job_recipe(spec.code.bundle if spec.code else ""),
+        recipe=job_creation.recipe_of(spec),
         idempotency_key=idempotency_key,
         request_hash=fingerprint,
     )
@@ -350,6 +356,8 @@ def to_out(job: Job, now: datetime | None = None) -> JobOut:
         ),
         failure_reason=job.failure_reason,
         labels=resolved.get("labels", {}),
+        sweep_id=job.sweep_id,
+        trial=job.trial,
         spec=resolved,
         created_at=job.created_at,
         updated_at=job.updated_at,

@@ -6,7 +6,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ampfleet.api.auth import ProjectScope
-from ampfleet.core.models import Job, Sweep, SweepTrial
+from ampfleet.core.models import Job, Sweep, SweepEvent, SweepTrial
 from ampfleet.core.states import TERMINAL_STATES
 
 
@@ -34,6 +34,12 @@ def counts(session: Session, sweep_ids: list[str]) -> dict[str, dict[str, int]]:
     return out
 
 
+def jobs(session: Session, job_ids: list[str]) -> list[Job]:
+    if not job_ids:
+        return []
+    return list(session.scalars(select(Job).where(Job.id.in_(job_ids))))
+
+
 def unfinished_jobs(session: Session, sweep_id: str) -> list[str]:
     return list(
         session.scalars(
@@ -50,3 +56,14 @@ def page(
     if before_id:
         stmt = stmt.where(Sweep.id < before_id)
     return list(session.scalars(stmt))
+
+
+def events(session: Session, sweep_id: str, after_id: int, limit: int) -> list[SweepEvent]:
+    return list(
+        session.scalars(
+            select(SweepEvent)
+            .where(SweepEvent.sweep_id == sweep_id, SweepEvent.id > after_id)
+            .order_by(SweepEvent.id)
+            .limit(limit)
+        )
+    )

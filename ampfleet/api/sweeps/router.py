@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Query, Response, status
+from fastapi.responses import StreamingResponse
 
-from ampfleet.api.auth import CurrentPrincipal, ListingScope
+from ampfleet.api import stream_tokens
+from ampfleet.api.auth import CurrentPrincipal, ListingScope, Principal
+from ampfleet.api.bounds import MAX_ID
 from ampfleet.api.deps import SessionDep
 from ampfleet.api.errors import responses
+from ampfleet.api.stream_tokens import StreamToken, sweep_stream_principal
+from ampfleet.api.streaming import stream_response_doc, wants_stream
 from ampfleet.api.sweeps import service
-from ampfleet.api.sweeps.schemas import SweepOut, SweepPage
+from ampfleet.api.sweeps.schemas import SweepEventList, SweepOut, SweepPage
+from ampfleet.api.sweeps.stream import stream_sweep
 from ampfleet.core.db import after_commit
 from ampfleet.core.messaging import wake_scheduler
 from ampfleet.core.sweep_spec import SweepSpec
@@ -78,3 +84,51 @@ def cancel_sweep(sweep_id: str, session: SessionDep, principal: CurrentPrincipal
     sweep = service.cancel(session, sweep_id, principal)
     after_commit(session, wake_scheduler)
     return service.detail(session, sweep)
+
+
+@router.get(
+    "/{sweep_id}/events",
+    response_model=SweepEventList,
+    responses={
+        **responses(401, 403, 404, 422, 429),
+        **stream_response_doc(
+            "JSON list; or, with `Accept: text/event-stream`, a live stream of `event` (each "
+            "sweep event), `progress` (state, reason, trials by state, when they change) and "
+            "a final `end`, resumable with `Last-Event-ID`; an `error` event ends it if the "
+            "key is revoked. 429 when the key has as many streams open as it may."
+        ),
+    },
+    summary="A sweep's events (trials started, pruned, ended; its end): a list, or a live "
+    "stream (SSE)",
+)
+def sweep_events(
+    sweep_id: str,
+    session: SessionDep,
+    principal: Annotated[Principal, Depends(sweep_stream_principal)],
+    after: Annotated[int, Query(ge=0, le=MAX_ID, description="Only events with a larger id.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+    accept: Annotated[str | None, Header()] = None,
+    last_event_id: Annotated[str | None, Header(max_length=64)] = None,
+) -> SweepEventList | StreamingResponse:
+    service.get(session, sweep_id, principal)
+    if wants_stream(accept):
+        session.close()  # the stream reads with sessions of its own, for as long as it lasts
+        return stream_sweep(sweep_id, last_event_id, principal)
+    return service.events(session, sweep_id, after, limit)
+
+
+@router.post(
+    "/{sweep_id}/events/token",
+    response_model=StreamToken,
+    responses=responses(401, 403, 404),
+    summary="A short-lived token for this sweep's event stream",
+    description="For clients that cannot send an Authorization header: open `GET "
+    "/v1/sweeps/{sweep_id}/events?token=...` with `Accept: text/event-stream` (what "
+    "EventSource sends). Valid for that stream only, for a few minutes (`expires_at`), "
+    "and only while the key that asked for it is valid.",
+)
+def create_sweep_events_token(
+    sweep_id: str, session: SessionDep, principal: CurrentPrincipal
+) -> StreamToken:
+    service.get(session, sweep_id, principal)
+    return stream_tokens.issue(sweep_id, principal)

@@ -15,21 +15,23 @@ from ampfleet.api.auth import Principal, ProjectScope
 from ampfleet.api.errors import ConflictError, NotFoundError, UnprocessableError
 from ampfleet.api.jobs import service as jobs
 from ampfleet.api.jobs.init_from import resolve_init_from
-from ampfleet.api.jobs.inputs import resolve_inputs
+from ampfleet.api.jobs.inputs import listed_inputs, resolve_inputs
 from ampfleet.api.jobs.node_shapes import recent_node_shapes
 from ampfleet.api.pagination import decode_cursor, encode_cursor
 from ampfleet.api.sweeps import repository, results
 from ampfleet.api.sweeps.schemas import (
     PrecisionRow,
+    SweepEventList,
+    SweepEventOut,
     SweepOut,
     SweepPage,
     SweepSummary,
     TrialOut,
 )
-from ampfleet.core import goodput, job_creation
+from ampfleet.core import goodput, job_creation, sweep_events
 from ampfleet.core.cancelling import request_cancel
 from ampfleet.core.ids import new_id
-from ampfleet.core.models import Job, Project, Sweep, SweepTrial, utcnow
+from ampfleet.core.models import Project, Sweep, SweepTrial, utcnow
 from ampfleet.core.spec import JobSpec
 from ampfleet.core.sweep_spec import SweepSpec, SweepState, TrialState, apply_params, corner_points
 
@@ -42,15 +44,22 @@ def create(session: Session, spec: SweepSpec) -> Sweep:
     then admitted one at a time as the controller asks for them."""
     base = spec.base.model_copy(update={"project": spec.project, "priority": spec.priority})
     resolved = jobs.resolve(base)
+    if base.code is not None:  # checked again for each trial (scheduler/sweeps.py)
+        bundle = jobs.code_bundle(session, spec.project, base.code)
+        if base.code.command is not None:
+            jobs.check_script_in(bundle, base.code.command)
     resolved["inputs"] = resolve_inputs(session, spec.project, base.inputs)
+    listed = listed_inputs(session, resolved["inputs"])
     resolved["init_from"] = resolve_init_from(session, base)
     _check_concurrency(session, spec)
     nodes = recent_node_shapes.refresh(session)  # read once for every corner
     raw_base = base.model_dump(mode="json", exclude_unset=True)
     for point in corner_points(spec):
         trial = _trial_spec(raw_base, point)
+        trial_resolved = {**jobs.resolve(trial), "inputs": resolved["inputs"]}
+        jobs.check_listed_inputs(trial, trial_resolved, listed)
         try:
-            job_creation.check_fits(session, trial, jobs.resolve(trial), nodes)
+            job_creation.check_fits(session, trial, trial_resolved, nodes)
         except job_creation.AdmissionRefusedError as refusal:
             raise jobs.http_refusal(refusal) from None
     try:
@@ -62,7 +71,11 @@ def create(session: Session, spec: SweepSpec) -> Sweep:
         project=spec.project,
         name=spec.name,
         spec=spec.model_dump(mode="json"),
-        base_resolved={"inputs": resolved["inputs"], "init_from": resolved["init_from"]},
+        base_resolved={
+            "inputs": resolved["inputs"],
+            "init_from": resolved["init_from"],
+            "listed_inputs": job_creation.listed_to_json(listed),
+        },
         state=SweepState.RUNNING.value,
     )
     session.add(sweep)
@@ -108,11 +121,22 @@ def cancel(session: Session, sweep_id: str, principal: Principal) -> Sweep:
     principal.check_can_write(sweep.project)
     if SweepState(sweep.state).is_terminal():
         raise ConflictError(f"sweep {sweep_id} is already {sweep.state}")
-    sweep.state, sweep.reason, sweep.finished_at = SweepState.CANCELLED, "cancelled", utcnow()
+    now = utcnow()
+    sweep.state, sweep.reason, sweep.finished_at = SweepState.CANCELLED, "cancelled", now
     for job_id in repository.unfinished_jobs(session, sweep_id):
         request_cancel(session, job_id, reason="sweep_cancelled", message=f"sweep {sweep_id}")
+    counts = repository.counts(session, [sweep_id])[sweep_id]
+    sweep_events.sweep_ended(session, sweep, counts, now)
     session.flush()
     return sweep
+
+
+def events(session: Session, sweep_id: str, after: int, limit: int) -> SweepEventList:
+    rows = repository.events(session, sweep_id, after, limit)
+    return SweepEventList(
+        items=[SweepEventOut.model_validate(e, from_attributes=True) for e in rows],
+        next_after=rows[-1].id if len(rows) == limit else None,
+    )
 
 
 def page(session: Session, scope: ProjectScope, *, cursor: str | None, limit: int) -> SweepPage:
@@ -185,15 +209,17 @@ def detail(session: Session, sweep: Sweep) -> SweepOut:
 
 
 def _settle_slot_seconds(session: Session, trials: list[SweepTrial]) -> None:
-    """Each trial's slot-seconds as its job's goodput says now (not stored): a pruned trial
-    holds its slots until its ranks have stopped, after the controller recorded it. Each row
-    is expunged first, so the figure is never written back."""
-    for trial in trials:
-        job = session.get(Job, trial.job_id) if trial.job_id else None
-        if job is not None:
-            held = round(goodput.of_job(session, job).allocated_slot_s, 3)
+    """The slot-seconds of each trial not measured since its job ended, as its job's goodput
+    says now (not stored): one still running, or pruned while its ranks still stop. Read in
+    one go; each row is expunged first, so the figure is never written back."""
+    going = [t for t in trials if t.job_id and not t.measures_final]
+    jobs = repository.jobs(session, [str(t.job_id) for t in going])
+    held = goodput.of_jobs(session, jobs)
+    for trial in going:
+        if trial.job_id in held:
             session.expunge(trial)
-            trial.measures = {**trial.measures, "slot_s": held}
+            slot_s = round(held[str(trial.job_id)].allocated_slot_s, 3)
+            trial.measures = {**trial.measures, "slot_s": slot_s}
 
 
 def trial_out(trial: SweepTrial) -> TrialOut:

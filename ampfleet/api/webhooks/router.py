@@ -48,9 +48,10 @@ def create_webhook(
     "/{webhook_id}",
     response_model=WebhookOut,
     responses=responses(401, 403, 404, 422),
-    summary="Switch a webhook's payload version",
+    summary="Switch a webhook's payload version, or the sweep events it gets",
     description='A receiver that parses the envelope moves its webhook from "flat" to '
-    '"standard" here, keeping its id and secret; deliveries still queued go out in the new form.',
+    '"standard" here, keeping its id and secret; deliveries still queued go out in the new '
+    "form. `sweep_events` replaces the sweep events it is notified of.",
 )
 def update_webhook(
     webhook_id: str, body: WebhookUpdate, session: SessionDep, principal: CurrentPrincipal
@@ -108,7 +109,10 @@ def deliveries(
     session: SessionDep,
     principal: CurrentPrincipal,
     status_filter: Annotated[DeliveryStatus | None, Query(alias="status")] = None,
-    job_id: Annotated[str | None, Query(max_length=40)] = None,
+    job_id: Annotated[
+        str | None,
+        Query(max_length=40, description="A job's deliveries, or a sweep's (`swp_...`)."),
+    ] = None,
     after: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> DeliveryPage:

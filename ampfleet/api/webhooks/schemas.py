@@ -5,16 +5,24 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ampfleet.core.project_names import ProjectName
 from ampfleet.core.states import JobState
+from ampfleet.core.sweep_events import SweepEventType
 from ampfleet.core.webhooks import PayloadVersion
 
 PAYLOAD_VERSION_HELP = (
     'What deliveries carry. "standard": the Standard Webhooks envelope {"type", "timestamp", '
     '"data"}, the event in `data`. "flat": the event alone (the form of webhooks made before '
     "the envelope)."
+)
+
+
+SWEEP_EVENTS_HELP = (
+    "Sweep events of the project to notify (sweep.trial_started, sweep.trial_completed, "
+    "sweep.trial_pruned, sweep.trial_failed, sweep.trial_cancelled, sweep.succeeded, "
+    'sweep.failed, sweep.cancelled), or ["*"] for all; none by default.'
 )
 
 
@@ -43,13 +51,34 @@ class WebhookIn(BaseModel):
         description='Job states to notify, or ["*"] for every change.',
     )
     metric_thresholds: list[Threshold] = Field(default_factory=list, max_length=20)
+    sweep_events: list[SweepEventType | Literal["*"]] = Field(
+        default_factory=list, max_length=20, description=SWEEP_EVENTS_HELP
+    )
     payload_version: PayloadVersion = Field("standard", description=PAYLOAD_VERSION_HELP)
 
 
 class WebhookUpdate(BaseModel):
+    """What may change on a webhook: give one or both."""
+
     model_config = ConfigDict(extra="forbid")
 
-    payload_version: PayloadVersion = Field(description=PAYLOAD_VERSION_HELP)
+    payload_version: PayloadVersion | None = Field(None, description=PAYLOAD_VERSION_HELP)
+    sweep_events: list[SweepEventType | Literal["*"]] | None = Field(
+        None, max_length=20, description=SWEEP_EVENTS_HELP
+    )
+
+    @field_validator("payload_version", "sweep_events", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("give a value, or leave the field out")
+        return value
+
+    @model_validator(mode="after")
+    def _something(self) -> WebhookUpdate:
+        if self.payload_version is None and self.sweep_events is None:
+            raise ValueError("give payload_version or sweep_events")
+        return self
 
 
 class WebhookOut(BaseModel):
@@ -58,6 +87,7 @@ class WebhookOut(BaseModel):
     url: str
     states: list[str]
     metric_thresholds: list[dict[str, Any]]
+    sweep_events: list[str]
     payload_version: PayloadVersion
     active: bool
     created_at: datetime
@@ -87,8 +117,10 @@ DeliveryStatus = Literal["pending", "delivered", "failed"]
 class DeliveryOut(BaseModel):
     id: int
     message_id: str = Field(description="The `webhook-id` it is sent with, on every attempt.")
-    job_id: str
-    event: str
+    job_id: str = Field(
+        description="The job the event is of; a sweep's (`swp_...`) for a sweep event."
+    )
+    event: str = Field(description="job.state | job.metric | sweep.*")
     event_key: str
     status: str = Field(description="pending | delivered | failed")
     attempts: int

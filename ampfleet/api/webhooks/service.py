@@ -63,6 +63,7 @@ def create(session: Session, body: WebhookIn, principal: Principal) -> CreatedWe
         secret=seal(secret, row_id=webhook_id, secret_key=settings.secret_key),
         states=[str(s) for s in body.states],
         metric_thresholds=[t.model_dump() for t in body.metric_thresholds],
+        sweep_events=[str(e) for e in body.sweep_events],
         payload_version=body.payload_version,
         active=True,
     )
@@ -78,7 +79,10 @@ def update(
     """Deliveries already queued go out in the new form too: the body is made when sent."""
     webhook = get(session, webhook_id, principal, for_update=True)
     principal.check_can_write(webhook.project)
-    webhook.payload_version = body.payload_version
+    if body.payload_version is not None:
+        webhook.payload_version = body.payload_version
+    if body.sweep_events is not None:
+        webhook.sweep_events = [str(e) for e in body.sweep_events]
     session.flush()
     return to_out(webhook)
 

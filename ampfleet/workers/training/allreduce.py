@@ -8,6 +8,7 @@ fp16 sum cannot overflow), casts, reduces, and casts back into the bucket.
     found it faster (a fast link: its sum is in the wire's precision, the guard watches).
     torch's own bf16 hook refuses gloo, and gloo's fp16 sum runs in software.
   - fp32 anywhere: the backend's own all_reduce, as DDP does by default.
+Which dtype and wire `allreduce_dtype: auto` takes is measured at start (allreduce_auto.py).
 
 The guard: every `guard_every` steps the first bucket is also reduced in fp32 and the
 relative error of the compressed result is reported. Every rank sees the same two reduced
@@ -21,7 +22,6 @@ ends by waiting for it, so the time after that launch is AllReduce time it did n
 # No `from __future__ import annotations` here: DDP inspects the hook's annotations at
 # registration and accepts only the real GradBucket/Future classes, not strings.
 
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,7 +36,6 @@ from torch.nn.parallel import DistributedDataParallel
 from ampfleet.workers.training.group import started
 from ampfleet.workers.training.precision import DTYPES
 from ampfleet.workers.training.ring import (
-    ALGORITHMS,
     CommThread,
     PairDirections,
     Workspace,
@@ -178,115 +177,3 @@ def attach(model: DistributedDataParallel, state: AllReduceState) -> None:
     if state.backend != "nccl" and dist.get_world_size() == 2 and state.directions is None:
         state.directions = PairDirections()
     model.register_comm_hook(state=state, hook=allreduce_hook)
-
-
-# DDP's default bucket (bucket_cap_mb=25): what `auto` times, for models at least as large.
-DDP_BUCKET_ELEMENTS = 25 * 2**20 // 4
-# Half precision must beat fp32 by this much to be chosen: a tie is not worth its rounding.
-AUTO_MIN_SPEEDUP = 1.1
-AUTO_REPEATS = 3
-
-
-@dataclass(frozen=True)
-class AutoChoice:
-    """What `allreduce_dtype: auto` measured on the job's own process group, and took: the
-    dtype and, on gloo, the wire (ring.ALGORITHMS) that moved it fastest. It goes into the
-    job's checkpoints: an attempt that resumes one on the same world keeps it rather than
-    measure again and drift on timing noise."""
-
-    half: str
-    bucket_mib: float
-    fp32_s: float
-    half_s: float
-    world_size: int
-    backend: str
-    algorithm: str = ""
-    """The fastest half-precision wire ('' where there was one to time: NCCL's, or a
-    checkpoint's choice from before wires were timed, which used ring.default_algorithm)."""
-    candidates: dict[str, float] = field(default_factory=dict)
-    """Each half-precision wire timed, in seconds (the slowest rank's median)."""
-
-    def applies_to(self, world_size: int, backend: str) -> bool:
-        """Measured on a world like this one: another size or transport is another wire."""
-        return (self.world_size, self.backend) == (world_size, backend)
-
-    @property
-    def dtype(self) -> str:
-        return self.half if self.fp32_s >= self.half_s * AUTO_MIN_SPEEDUP else "fp32"
-
-    @property
-    def wire(self) -> str | None:
-        """The gloo wire to reduce half precision by (None: the default one)."""
-        return self.algorithm or None
-
-    def describe(self) -> str:
-        timed = ", ".join(f"{name} {s * 1e3:.1f} ms" for name, s in self.candidates.items())
-        half = f"{self.half} {timed}" if timed else f"{self.half} {self.half_s * 1e3:.1f} ms"
-        over = f" by the {self.algorithm} wire" if self.algorithm and self.dtype != "fp32" else ""
-        return (
-            f"auto AllReduce measured on a {self.bucket_mib:.1f} MiB bucket: fp32 "
-            f"{self.fp32_s * 1e3:.1f} ms, {half}; chose {self.dtype}{over}"
-        )
-
-
-def measure_auto(state: AllReduceState, half: str, numel: int, device: torch.device) -> AutoChoice:
-    """Time one fp32 reduction and one `half` reduction by each wire (on gloo: the swap for
-    two ranks, the ring, gloo's own; on NCCL: its own) of a gradient bucket of `numel`
-    values over the default group, the way the hook does them (median of a few, taking
-    turns, after a warm-up that touches the buffers' pages); every rank gets the slowest
-    rank's figures, so all take the same decision."""
-    generator = torch.Generator().manual_seed(dist.get_rank())
-    gradients = torch.randn(numel, generator=generator).to(device)
-    bucket = torch.empty_like(gradients)
-    dtype = DTYPES[half]
-    workspace = Workspace()
-
-    def fp32() -> None:
-        bucket.div_(dist.get_world_size())
-        dist.all_reduce(bucket)
-
-    def nccl() -> None:
-        wire = bucket.div_(dist.get_world_size()).to(dtype)
-        dist.all_reduce(wire)
-        bucket.copy_(wire)
-
-    def by(algorithm: str) -> Callable[[], None]:
-        def reduce() -> None:
-            compressed_all_reduce_(
-                bucket, dtype, workspace=workspace, directions=state.directions, algorithm=algorithm
-            )
-
-        return reduce
-
-    runs: dict[str, Callable[[], None]] = {"fp32": fp32}
-    if state.backend == "nccl":
-        runs["nccl"] = nccl
-    else:
-        swap = dist.get_world_size() == 2
-        runs.update({name: by(name) for name in ALGORITHMS if swap or name != "swap"})
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for repeat in range(AUTO_REPEATS + 1):
-        for name, run in runs.items():
-            bucket.copy_(gradients)
-            dist.barrier()
-            started = time.perf_counter()
-            run()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            if repeat:  # the first round is the warm-up
-                times[name].append(time.perf_counter() - started)
-    medians = torch.tensor([statistics.median(times[name]) for name in runs])
-    dist.all_reduce(medians, op=dist.ReduceOp.MAX)
-    timed = dict(zip(runs, map(float, medians), strict=True))
-    fp32_s = timed.pop("fp32")
-    fastest = min(timed, key=lambda name: timed[name])
-    return AutoChoice(
-        half,
-        numel * 4 / 2**20,
-        fp32_s,
-        timed[fastest],
-        dist.get_world_size(),
-        state.backend,
-        algorithm="" if state.backend == "nccl" else fastest,
-        candidates={} if state.backend == "nccl" else timed,
-    )

@@ -33,17 +33,15 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.filesystem import FileSystemWriter
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-from torch.distributed.checkpoint.state_dict_saver import async_save
-from torch.distributed.checkpoint.storage import StorageWriter
 from torch.optim import Optimizer
+
+if TYPE_CHECKING:  # DCP is imported where a checkpoint is loaded or saved, not at the start
+    from torch.distributed.checkpoint.storage import StorageWriter
 
 from ampfleet.core.artifact_names import checkpoint_name
 from ampfleet.workers import stored_checkpoints
@@ -79,6 +77,8 @@ def read_meta(checkpoint: Path) -> dict[str, Any]:
 def load(checkpoint: Path, state: dict[str, Any]) -> None:
     """Fills `state` (model and optimizer state dicts, shaped for this world and strategy)
     in place from the checkpoint, resharding as needed. Collective."""
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+
     dcp_load(state, checkpoint_id=checkpoint)
 
 
@@ -132,6 +132,8 @@ def restore(
     extra: dict[str, Any] | None = None,
 ) -> Restored:
     """Loads this checkpoint as `restore_latest` loads the latest. Collective."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
     meta = read_meta(path)
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {**(extra or {}), "model": model_state, "optimizer": optimizer_state}
@@ -184,15 +186,18 @@ class CheckpointManager:
         before_publish: Callable[[], None] = lambda: None,
         on_published: Published | None = None,
         on_given_up: GivenUp | None = None,
-        storage_writer: Callable[[Path], StorageWriter] = FileSystemWriter,
+        storage_writer: Callable[[Path], StorageWriter] | None = None,
     ) -> None:
+        """`storage_writer`: DCP's writer of a checkpoint folder (FileSystemWriter)."""
+        from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
         self.directory = directory
         self.rank = rank
         self.keep_last = keep_last
         self.before_publish = before_publish
         self.on_published = on_published
         self.on_given_up = on_given_up
-        self.storage_writer = storage_writer
+        self.storage_writer = storage_writer or FileSystemWriter
         self._pending: _PendingSave | None = None
         self.last_step: int | None = None
         """The step of the latest save started here."""
@@ -220,6 +225,8 @@ class CheckpointManager:
         if self.rank == 0:
             document = {"format": FORMAT_VERSION, "step": step, **meta}
             _atomic_write(partial / META, json.dumps(document, indent=1).encode())
+        from torch.distributed.checkpoint.state_dict_saver import async_save
+
         future = async_save(
             state, storage_writer=self.storage_writer(partial), process_group=self.group
         )

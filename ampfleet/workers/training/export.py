@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 from torch import nn
 
 from ampfleet.core.artifact_names import (
@@ -208,6 +207,8 @@ def _weights(
     run: RunSummary,
     lineage: dict[str, str],
 ) -> ExportedFile:
+    from safetensors.torch import save_file  # at the run's end, not its start
+
     # safetensors metadata is str -> str; it travels with the file wherever it is copied.
     metadata = {
         "format": "pt",

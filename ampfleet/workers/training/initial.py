@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from torch import nn
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 from torch.optim import Optimizer
 
 from ampfleet.workers.training import checkpoint
@@ -62,6 +60,10 @@ def start_from(
     """'full': the whole state restored, as a resume restores its own (returns what it
     restored); 'weights': the model's weights loaded, the rest left as built (returns None:
     the run starts at step 0). Collective."""
+    # DCP only here: a run that starts from nothing never imports it before its first step.
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
     try:
         if initial.load == "full":
             return checkpoint.restore(

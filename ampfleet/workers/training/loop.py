@@ -5,7 +5,11 @@ step drives DDP and FSDP (parallel.py wraps the model either way). Around it: re
 any world size and either strategy), evaluation, asynchronous checkpoints, and the precision
 fallback (fp16 -> bf16 -> fp32) that `auto` jobs take when the numbers stop being finite. A
 runtime-only job (no step count, no epochs) trains until its time is up, then ends like any
-other: final evaluation, checkpoint, export."""
+other: final evaluation, checkpoint, export.
+
+Its parts live beside it: the data position (data.py), the learning rate (schedule.py),
+evaluation and samples (evaluation.py), where an attempt starts (restore.py, resume.py),
+reporting (reporting.py), precision and reduction (prepared.py)."""
 
 from __future__ import annotations
 
@@ -19,21 +23,18 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import get_state_dict
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from ampfleet.core.accounting import AttemptClock
-from ampfleet.core.artifact_names import SAMPLE_KIND, samples_name
 from ampfleet.workers.heartbeat import Heartbeat, heartbeat_file
 from ampfleet.workers.rundir import RecordWriter, RunDir
 from ampfleet.workers.start_phases import StartClock
 from ampfleet.workers.stored_checkpoints import Stored
 from ampfleet.workers.training import checkpoint
 from ampfleet.workers.training.allreduce import AllReduceState
+from ampfleet.workers.training.data import TrainData, to_device
+from ampfleet.workers.training.evaluation import Evaluator
 from ampfleet.workers.training.flops import StepFlops, peak_flops
-from ampfleet.workers.training.initial import start_from
 from ampfleet.workers.training.loop_config import LoopConfig
-from ampfleet.workers.training.outputs import atomic_write, described, write_artifact_records
 from ampfleet.workers.training.parallel import ParallelModel
 from ampfleet.workers.training.precision import autocast
 from ampfleet.workers.training.prepared import (
@@ -43,7 +44,9 @@ from ampfleet.workers.training.prepared import (
 )
 from ampfleet.workers.training.profiling import StepProfiler
 from ampfleet.workers.training.reporting import StepOutcome, StepReporter
+from ampfleet.workers.training.restore import restore
 from ampfleet.workers.training.resume import resume_position
+from ampfleet.workers.training.schedule import set_learning_rate
 from ampfleet.workers.training.stragglers import StragglerWatch
 from ampfleet.workers.training.task import Batch, TrainingTask
 from ampfleet.workers.training.timing import StepTimer
@@ -53,25 +56,6 @@ from ampfleet.workers.training.timing import StepTimer
 STOP_CHECK_EVERY = 10
 
 __all__ = ["LoopConfig", "PrecisionFallbackError", "Trainer", "TrainingDivergedError"]
-
-
-def lr_at(step: int, *, base: float, warmup: int, progress: float) -> float:
-    """Linear warmup over `warmup` steps, then cosine decay to 10% of the base rate as
-    `progress` (the share done of the steps after warmup, or of a runtime-only job's time)
-    goes from 0 to 1."""
-    if warmup and step < warmup:
-        return base * (step + 1) / warmup
-    return base * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(max(progress, 0.0), 1.0))))
-
-
-def to_device(batch: Batch, device: torch.device) -> Batch:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, list | tuple):
-        return type(batch)(to_device(b, device) for b in batch)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    return batch
 
 
 class Trainer:
@@ -124,27 +108,9 @@ class Trainer:
             on_published=self._published,
             on_given_up=self._gave_up,
         )
-        self.sampler: DistributedSampler[Any] = DistributedSampler(
-            task.train_dataset,
-            num_replicas=cfg.world_size,
-            rank=cfg.rank,
-            shuffle=True,
-            seed=cfg.seed,
-            drop_last=True,
-        )
-        # A loader generator of its own: creating an iterator must not draw from the global
-        # RNG (dropout's), or a resumed run would diverge from an uninterrupted one.
-        self.loader = DataLoader(
-            task.train_dataset,
-            batch_size=task.batch_size,
-            sampler=self.sampler,
-            drop_last=True,
-            collate_fn=task.collate_fn,
-            generator=torch.Generator().manual_seed(cfg.seed),
-        )
-        if len(self.loader) < 1:
-            raise ValueError("the training set is smaller than one batch per rank")
-        steps_per_epoch = max(len(self.loader) // task.grad_accum_steps, 1)
+        self.data = TrainData(task, cfg)
+        self.evaluator = Evaluator(task, cfg, writer, self._beat)
+        steps_per_epoch = max(self.data.per_epoch // task.grad_accum_steps, 1)
         # max_steps 0 (exporting the checkpoint init_from names) is a total, not no total.
         most = math.inf if cfg.max_steps is None else cfg.max_steps
         total = min(most, (cfg.epochs or math.inf) * steps_per_epoch)
@@ -359,29 +325,15 @@ class Trainer:
 
     def _begin_step(self) -> float:
         """Sets this step's learning rate (returned) and readies the communication."""
-        lr = self._set_learning_rate()
+        lr = set_learning_rate(
+            self.task,
+            self.optimizer,
+            self.base_lrs,
+            step=self.step,
+            total_steps=self.total_steps,
+            time_done=self.time_done,
+        )
         self.prepared.begin_step(self.step)
-        return lr
-
-    def _set_learning_rate(self) -> float:
-        """This step's rate on every parameter group, by the recipe's schedule or the
-        platform's; returns the first group's."""
-        task, groups = self.task, self.optimizer.param_groups
-        if task.lr_schedule is not None:
-            done = self.time_done if self.total_steps is None else self.step / self.total_steps
-            factor = task.lr_schedule(self.step, done)
-            for group, base in zip(groups, self.base_lrs, strict=True):
-                group["lr"] = base * factor
-            return float(groups[0]["lr"])
-        if self.total_steps is None:
-            progress = self.time_done
-        else:
-            progress = (self.step - task.warmup_steps) / max(
-                self.total_steps - task.warmup_steps, 1
-            )
-        lr = lr_at(self.step, base=task.learning_rate, warmup=task.warmup_steps, progress=progress)
-        for group in groups:
-            group["lr"] = lr
         return lr
 
     def _after_step(self) -> None:
@@ -454,71 +406,10 @@ class Trainer:
 
     # -- data, evaluation, checkpoints ----------------------------------------------------
 
-    def micro_batches(self, start: int) -> Iterator[Batch]:
-        """Endless micro-batches over epochs, starting after `start` consumed ones."""
-        per_epoch = len(self.loader)
-        epoch, skip = divmod(start, per_epoch)
-        while True:
-            self.sampler.set_epoch(epoch)
-            for index, batch in enumerate(self.loader):
-                if index >= skip:
-                    yield batch
-            epoch, skip = epoch + 1, 0
-
     def evaluate(self) -> dict[str, float]:
         """Every rank scores its shard; the sums are all-reduced, so the result is exact."""
         with self.clock.evaluating():
-            return self._evaluate()
-
-    @torch.no_grad()
-    def _evaluate(self) -> dict[str, float]:
-        task = self.task
-        if task.val_dataset is None and task.samples is None:
-            return {}
-        self._beat("evaluate")
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            metrics = self._score(task.val_dataset) if task.val_dataset is not None else {}
-            if task.samples is not None:
-                with autocast(self.precision, self.device):
-                    text = task.samples(self.model)
-                self._keep_samples(text)
-        finally:
-            self.model.train(was_training)
-        return metrics
-
-    def _score(self, dataset: Dataset[Any]) -> dict[str, float]:
-        task, cfg = self.task, self.cfg
-        sampler: DistributedSampler[Any] = DistributedSampler(
-            dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=False
-        )
-        loader = DataLoader(
-            dataset, batch_size=task.batch_size, sampler=sampler, collate_fn=task.collate_fn
-        )
-        sums: dict[str, torch.Tensor] = {}
-        for index, batch in enumerate(loader):
-            if task.eval_max_batches is not None and index >= task.eval_max_batches:
-                break
-            with autocast(self.precision, self.device):
-                scored = task.eval_step(self.model, to_device(batch, self.device))
-            for name, value in scored.items():
-                sums[name] = sums.get(name, torch.zeros((), device=self.device)) + value.float()
-        names = sorted(sums)
-        stacked = torch.stack([sums[n] for n in names])
-        dist.all_reduce(stacked)
-        return task.eval_finalize(dict(zip(names, stacked.tolist(), strict=True)))
-
-    def _keep_samples(self, text: str) -> None:
-        """Rank 0: the evaluation's samples as an artifact of this step (the agent uploads
-        it while training goes on)."""
-        if self.writer is None or self.cfg.run_dir is None:
-            return
-        path = self.cfg.run_dir / samples_name(self.step)  # the run folder's samples/
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-        sample = described(path, SAMPLE_KIND, samples_name(self.step), {})
-        write_artifact_records(self.writer, [sample], self.step)
+            return self.evaluator.evaluate(self.model, self.precision, self.step)
 
     def _save(self) -> None:
         """Starts a checkpoint of this step; training goes on while it is persisted."""
@@ -527,11 +418,14 @@ class Trainer:
         self.clock.saved(self.step)
 
     def _snapshot(self) -> None:
+        # DCP on the first save, not at the start: most of its import is its own.
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
         self._beat("checkpoint")
         model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
         meta = {
             "micro_batches_consumed": self.step * self.task.grad_accum_steps,
-            "micro_batches_per_epoch": len(self.loader),
+            "micro_batches_per_epoch": self.data.per_epoch,
             "scaler": self.prepared.scaler.state_dict(),
             "allreduce_auto": asdict(auto) if (auto := self.prepared.auto_allreduce) else None,
             "setup": {
@@ -558,56 +452,19 @@ class Trainer:
         self._record("event", reason="checkpoint_not_uploaded", message=message)
 
     def _restore(self) -> checkpoint.Restored | None:
-        """Back to the latest checkpoint, or to the start when there is none: weights,
-        optimizer, RNG, the step and the data position. What it restored, or None."""
-        restored = checkpoint.restore_latest(
-            self.cfg.checkpoint_dir,
-            self.model,
-            self.optimizer,
-            rank=self.cfg.rank,
-            world_size=self.cfg.world_size,
+        """Back to the latest checkpoint (or `init_from`'s), or to the start when there is
+        none: weights, optimizer, RNG, the step and the data position. What it restored."""
+        restored = restore(
+            self.cfg, self.model, self.optimizer, self.parallel.strategy, self._record
         )
-        if restored is None and self.cfg.initial is not None:
-            initial = self.cfg.initial
-            restored = start_from(
-                initial,
-                self.model,
-                self.optimizer,
-                rank=self.cfg.rank,
-                world_size=self.cfg.world_size,
+        self.step = restored.step if restored is not None else 0
+        start = 0
+        if restored is not None:
+            start = resume_position(
+                restored, self.task.batch_size, self.cfg.world_size, self.data.per_epoch
             )
-            self._record("event", reason="initialized", message=initial.describe())
-        if restored is None:
-            self.step = 0
-            self.batches = self.micro_batches(start=0)
-            return None
-        self.step = restored.step
-        self.batches = self.micro_batches(
-            start=resume_position(
-                restored, self.task.batch_size, self.cfg.world_size, len(self.loader)
-            )
-        )
-        self._record_resharding(restored)
+        self.batches = self.data.micro_batches(start)
         return restored
-
-    def _record_resharding(self, restored: checkpoint.Restored) -> None:
-        saved = restored.setup
-        changed = {
-            what: (saved.get(what), now)
-            for what, now in (
-                ("world_size", self.cfg.world_size),
-                ("strategy", self.parallel.strategy),
-            )
-            if saved.get(what) != now
-        }
-        if changed:
-            self._record(
-                "event",
-                reason="resharded",
-                message=f"resumed the checkpoint of step {restored.step} "
-                + ", ".join(f"{what} {old} -> {new}" for what, (old, new) in changed.items())
-                + "; the data position is recomputed for the new world size",
-            )
 
     def record_usage(self) -> None:
         """Where this attempt's time went so far (goodput), with the progress records."""

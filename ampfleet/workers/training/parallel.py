@@ -34,7 +34,6 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 # The custom-collective interfaces `set_custom_all_gather` takes: torch 2.13 defines them in
@@ -300,6 +299,8 @@ class ParallelModel:
         gathers the shards); None where the model's own `state_dict` is already whole."""
         if self.strategy != "fsdp":
             return None
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return cast(dict[str, torch.Tensor], get_model_state_dict(self.model, options=options))
 

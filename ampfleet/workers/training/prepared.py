@@ -21,9 +21,9 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from ampfleet.workers.training.allreduce import (
+from ampfleet.workers.training.allreduce import AllReduceState
+from ampfleet.workers.training.allreduce_auto import (
     DDP_BUCKET_ELEMENTS,
-    AllReduceState,
     AutoChoice,
     measure_auto,
 )

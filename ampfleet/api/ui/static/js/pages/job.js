@@ -26,7 +26,7 @@ function settingText(setting) {
 }
 
 // Where the job's slot-seconds went (GET /v1/jobs/{id} only: actions answer without it).
-const GOODPUT_KINDS = ["startup", "recomputed", "checkpoint", "evaluation", "other"];
+const GOODPUT_KINDS = ["startup", "recomputed", "checkpoint", "evaluation", "pruned", "other"];
 function goodputText(g) {
   if (!g || !g.allocated_slot_s) return "—";
   const share = (v) => `${((v / g.allocated_slot_s) * 100).toFixed(0)}%`;

@@ -1,38 +1,79 @@
 // One sweep: its summary, Cancel while it runs, and what it found (sweepresults.js). The
 // page draws whole sweeps as GET /v1/sweeps/{id} answers them; `watchSweep` is the one
-// place that decides when to read one again (every few seconds until the sweep has
-// settled), so a stream of sweep events can replace the polling there alone.
-import { api } from "../api.js";
+// place that decides when to read one again: when the sweep's event stream says something
+// happened (a trial started, was pruned or ended; the sweep's state or counts changed),
+// and every so often while it runs (a running trial's figures change without an event).
+import { api, follow } from "../api.js";
 import { ageOf, fill, h, num, stateBadge } from "../dom.js";
 import { countsText } from "./sweeps.js";
 import {
   bestPanel, drawObjective, drawParallel, drawPrecisionReport, drawTradeoff, paramText, trialsTable,
 } from "./sweepresults.js";
 
-const POLL_MS = 3000;
+const AFTER_FRAME_MS = 300; // frames come in bursts (a trial ends, the next starts): one read
+const POLL_MS = 10000; // while it runs, without events
+const POLL_WITHOUT_STREAM_MS = 3000; // where the stream is refused
 
 /** Ended, with no trial still stopping (a cancelled sweep's trials end after it does). */
 const settled = (sweep) => sweep.state !== "RUNNING" && !sweep.trials.some((t) => t.state === "running");
 
 /**
  * Hands the sweep to onSweep now and after every change until it has settled; onError
- * hears a failed read (the next one is tried all the same). Returns the stop function.
+ * hears a failed read (the next one is tried all the same unless it says no). Returns the
+ * stop function.
  */
 function watchSweep(ctx, sweepId, onSweep, onError) {
+  const path = `/v1/sweeps/${encodeURIComponent(sweepId)}`;
   let timer = null;
-  const read = async () => {
+  let reading = false;
+  let again = false;
+  let done = false;
+  let pollMs = POLL_MS;
+  const readSoon = (ms) => {
+    if (done || ctx.signal.aborted) return;
+    clearTimeout(timer);
+    timer = setTimeout(read, ms);
+  };
+  async function read() {
+    if (reading) {
+      again = true;
+      return;
+    }
+    reading = true;
     try {
-      const sweep = await api(`/v1/sweeps/${encodeURIComponent(sweepId)}`, { signal: ctx.signal });
+      const sweep = await api(path, { signal: ctx.signal });
       onSweep(sweep);
-      if (settled(sweep)) return;
+      done = settled(sweep);
     } catch (error) {
       if (error.name === "AbortError") return;
-      if (!onError(error)) return;
+      done = !onError(error);
+    } finally {
+      reading = false;
     }
-    if (!ctx.signal.aborted) timer = setTimeout(read, POLL_MS);
-  };
+    if (again) {
+      again = false;
+      readSoon(0);
+    } else {
+      readSoon(pollMs);
+    }
+  }
   read();
-  return () => clearTimeout(timer);
+  follow(`${path}/events`, {
+    signal: ctx.signal,
+    onFrame: () => readSoon(AFTER_FRAME_MS),
+    onStatus: (status) => {
+      if (status === "failed") {
+        pollMs = POLL_WITHOUT_STREAM_MS;
+        readSoon(pollMs);
+      } else if (status === "ended") {
+        readSoon(0);
+      }
+    },
+  });
+  return () => {
+    done = true;
+    clearTimeout(timer);
+  };
 }
 
 function dimensionText(name, d) {

@@ -156,21 +156,24 @@ export function drawPrecisionReport(box, sweep) {
   const objective = sweep.spec.objectives[0];
   const report = sweep.precision_report;
   if (!report.length) {
-    fill(box, h("p", { class: "muted" }, "No complete trial yet: the report compares each precision tried once trials complete."));
+    fill(box, h("p", { class: "muted" }, "No trial has reported yet: the report compares each precision tried."));
     return;
   }
   const jobOf = new Map(sweep.trials.map((t) => [t.number, t.job_id]));
+  const outcome = (row) => (row.reason ? `${row.state}: ${row.reason}` : row.state);
   fill(box, h("table", { class: "table compact", id: "precision-report" },
-    h("thead", {}, h("tr", {}, ["Precision", "Trials", "Best trial", objective.metric, "samples/s", "slot-s"].map((t) => h("th", {}, t)))),
-    h("tbody", {}, report.map((row) => h("tr", { dataset: { precision: row.precision } },
+    h("thead", {}, h("tr", {}, ["Precision", "Trials (complete)", "Trial shown", "Outcome", objective.metric, "samples/s", "slot-s"].map((t) => h("th", {}, t)))),
+    h("tbody", {}, report.map((row) => h("tr", { dataset: { precision: row.precision, trial: String(row.trial) } },
       h("td", { class: "precision" }, row.precision),
-      h("td", { class: "trials" }, String(row.trials)),
-      h("td", { class: "best" }, row.best_trial === null ? "—"
-        : h("a", { href: `#/jobs/${jobOf.get(row.best_trial)}` }, `trial ${row.best_trial}`)),
+      h("td", { class: "trials" }, `${row.trials} (${row.complete})`),
+      h("td", { class: "trial" },
+        h("a", { href: `#/jobs/${jobOf.get(row.trial)}` }, `trial ${row.trial}`),
+        row.same_configuration ? h("span", { class: "muted", title: "the best trial's parameters in this precision" }, " same configuration") : null),
+      h("td", { class: "outcome" }, outcome(row)),
       h("td", { class: "value" }, num(row.value)),
       h("td", { class: "speed" }, num(row.samples_per_s)),
       h("td", { class: "slot-seconds" }, num(row.slot_s)))))),
-    h("p", { class: "muted small" }, `Per precision the trials ran in (as measured): the best of them by ${objective.metric}, its speed and its slot-seconds.`));
+    h("p", { class: "muted small" }, `Per precision tried: the trial with the best trial's configuration where one ran in it, else its best or furthest trial; pruned and failed precisions say why.`));
 }
 
 async function downloadModel(ctx, trial, { button, status, row }) {

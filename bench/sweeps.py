@@ -1,0 +1,221 @@
+"""Sweeps on a fleet of real processes, each figure beside its baseline in the same run.
+
+    python -m bench.sweeps                          # both parts
+    python -m bench.sweeps --trials 8 --steps 300   # smaller
+    python -m bench.sweeps --skip-pruning           # the controller's overhead only
+
+1. ASHA against no pruning: two sweeps of the same search space, sampler and seed, one
+   after the other on one embedded fleet (digits, learning rate over three decades and
+   precision, `--trials` trials of `--steps` steps, two at a time). The random sampler is
+   reseeded per trial number, so both sweeps try the same configurations in the same
+   order: they differ only in what the pruner stops. The target is the lower of the two
+   best validation accuracies (both reached it); for each sweep, the slot-seconds its
+   trials had held when a trial reaching it ended (from each trial job's placement to its
+   end, cut at that moment), and in all.
+2. The sweep controller's overhead: on an idle fleet of one node with one slot, from the
+   end of a job (its SUCCEEDED event) to the next one's node launching its ranks (STARTING):
+   plain jobs queued behind each other (the slot freed, a pass places the next), against a
+   sweep's trials run one at a time (the pass that records the trial that ended asks for
+   the next one, admits it and places it). A few steps each; p50 and p90, and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ampfleet.api.observability import nearest_rank
+from tests.support.factories import job_spec
+from tests.support.fleet import Fleet, running_fleet
+
+STAMP = datetime.fromisoformat
+
+
+def base(steps: int, eval_every: int) -> dict[str, Any]:
+    return job_spec(
+        resources={"procs_per_node": 1},
+        precision="fp32",
+        allreduce_dtype="fp32",
+        stop={"max_steps": steps},
+        eval_every_steps=eval_every,
+        log_every_steps=eval_every,
+        hyperparameters={"hidden": 256, "batch_size": 128},
+    )
+
+
+def run_sweep(fleet: Fleet, spec: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], float]:
+    """The sweep once it ended, and its wall seconds from the POST."""
+    started = time.monotonic()
+    response = fleet.http.post("/v1/sweeps", json=spec)
+    response.raise_for_status()
+    sweep_id = response.json()["id"]
+    while time.monotonic() - started < timeout_s:
+        sweep = fleet.http.get(f"/v1/sweeps/{sweep_id}").json()
+        if sweep["state"] != "RUNNING":
+            return dict(sweep), time.monotonic() - started
+        time.sleep(1.0)
+    raise TimeoutError(f"sweep {sweep_id} still running after {timeout_s:g} s")
+
+
+# -- 1. ASHA against no pruning -----------------------------------------------------------
+
+
+def pruning(tmp: Path, trials: int, steps: int, eval_every: int, timeout_s: float) -> None:
+    print(
+        f"1. ASHA against no pruning: {trials} trials of up to {steps} steps (digits, learning "
+        "rate 1e-4..3e-1 and fp32|bf16, random seed 0), 2 at a time on one embedded node"
+    )
+    pruners = {
+        "none": {"type": "none"},
+        "asha": {"type": "asha", "min_resource": eval_every, "reduction_factor": 3},
+    }
+    found: dict[str, tuple[dict[str, Any], float, dict[str, dict[str, Any]]]] = {}
+    with running_fleet(tmp / "pruning", "embedded") as fleet:
+        for name, pruner in pruners.items():
+            spec = {
+                "name": f"bench-{name}",
+                "base": base(steps, eval_every),
+                "space": {
+                    "learning_rate": {"type": "log_uniform", "low": 1e-4, "high": 3e-1},
+                    "precision": {"type": "categorical", "choices": ["fp32", "bf16"]},
+                },
+                "objectives": [{"metric": "val_accuracy", "direction": "maximize"}],
+                "sampler": {"type": "random", "seed": 0},
+                "pruner": pruner,
+                "budget": {"max_trials": trials, "max_concurrent": 2},
+            }
+            sweep, wall = run_sweep(fleet, spec, timeout_s)
+            jobs = {t["job_id"]: fleet.job(t["job_id"]) for t in sweep["trials"] if t["job_id"]}
+            found[name] = (sweep, wall, jobs)
+    bests = {name: _best(sweep) for name, (sweep, _, _) in found.items()}
+    target = min(bests.values())
+    print(f"   target: val_accuracy {target:.4f} (the lower of the two sweeps' best)")
+    to_target = {}
+    for name, (sweep, wall, jobs) in found.items():
+        reached = _reached_at(sweep, jobs, target)
+        to_target[name] = _slot_seconds_until(jobs, reached)
+        pruned = sweep["counts"].get("pruned", 0)
+        print(
+            f"   {name:5} best {bests[name]:.4f}  {pruned} of {len(sweep['trials'])} pruned  "
+            f"slot-s to target {to_target[name]:7.1f}  in all {sweep['slot_s']['total']:7.1f}  "
+            f"wall {wall:6.1f} s"
+        )
+    total = {name: sweep["slot_s"]["total"] for name, (sweep, _, _) in found.items()}
+    print(
+        f"   no pruning / ASHA: {to_target['none'] / to_target['asha']:.2f}x the slot-seconds "
+        f"to the target, {total['none'] / total['asha']:.2f}x in all"
+    )
+
+
+def _best(sweep: dict[str, Any]) -> float:
+    values = [t["values"][0] for t in sweep["trials"] if t["state"] == "complete"]
+    if not values:
+        raise RuntimeError(f"sweep {sweep['id']} completed no trial: {sweep['reason']}")
+    return max(values)
+
+
+def _reached_at(sweep: dict[str, Any], jobs: dict[str, dict[str, Any]], target: float) -> datetime:
+    """When the first complete trial at or above `target` ended."""
+    ends = [
+        STAMP(jobs[t["job_id"]]["finished_at"])
+        for t in sweep["trials"]
+        if t["state"] == "complete" and t["values"][0] >= target
+    ]
+    return min(ends)
+
+
+def _slot_seconds_until(jobs: dict[str, dict[str, Any]], moment: datetime) -> float:
+    """Slot-seconds the trials' jobs held from their placement to their end, up to `moment`."""
+    held = 0.0
+    for job in jobs.values():
+        if job["scheduled_at"] is None:
+            continue
+        placed = STAMP(job["scheduled_at"])
+        ended = STAMP(job["finished_at"]) if job["finished_at"] else moment
+        held += job["gang_size"] * max((min(ended, moment) - placed).total_seconds(), 0.0)
+    return held
+
+
+# -- 2. the controller's overhead ---------------------------------------------------------
+
+
+def overhead(tmp: Path, samples: int, backend: str) -> None:
+    print(
+        f"2. end of one job -> the next one's STARTING, on an idle one-slot fleet ({backend}): "
+        f"{samples} gaps between plain jobs queued behind each other, {samples} between the "
+        "trials of a sweep run one at a time"
+    )
+    with running_fleet(tmp / "overhead", backend, cpu_slots=1) as fleet:
+        fleet.wait_for_state(fleet.submit(base(5, 5))["id"], {"SUCCEEDED"}, timeout=300)
+        queued = [fleet.submit(base(5, 5))["id"] for _ in range(samples + 1)]
+        for job_id in queued:
+            fleet.wait_for_state(job_id, {"SUCCEEDED"}, timeout=120.0 * samples)
+        plain = _gaps(fleet, sorted(queued, key=lambda j: _event_time(fleet, j, "STARTING")))
+        spec = {
+            "base": base(5, 5),
+            "space": {"learning_rate": {"type": "log_uniform", "low": 1e-3, "high": 1e-2}},
+            "objectives": [{"metric": "loss", "direction": "minimize"}],
+            "sampler": {"type": "random", "seed": 0},
+            "budget": {"max_trials": samples + 1, "max_concurrent": 1},
+        }
+        sweep, _ = run_sweep(fleet, spec, timeout_s=120.0 * samples)
+        trials = _gaps(fleet, [t["job_id"] for t in sweep["trials"]])
+    for name, gaps in (("plain jobs", plain), ("sweep trials", trials)):
+        starting = [g[1] for g in gaps]
+        print(
+            f"   {name:12} p50 {statistics.median(starting) * 1000:6.0f} ms   "
+            f"p90 {nearest_rank(sorted(starting), 0.9) * 1000:6.0f} ms   (placed, SCHEDULED: "
+            f"p50 {statistics.median(g[0] for g in gaps) * 1000:5.0f} ms)"
+        )
+    ratio = statistics.median(g[1] for g in trials) / statistics.median(g[1] for g in plain)
+    print(f"   trials / plain jobs, p50: {ratio:.2f}x")
+
+
+def _gaps(fleet: Fleet, job_ids: list[str]) -> list[tuple[float, float]]:
+    """Seconds from each job's end (SUCCEEDED) to the next one's placement (SCHEDULED) and
+    to its node launching its ranks (STARTING)."""
+    gaps = []
+    for before, after in itertools.pairwise(job_ids):
+        ended = _event_time(fleet, before, "SUCCEEDED")
+        gaps.append(
+            (
+                _event_time(fleet, after, "SCHEDULED") - ended,
+                _event_time(fleet, after, "STARTING") - ended,
+            )
+        )
+    return gaps
+
+
+def _event_time(fleet: Fleet, job_id: str, state: str) -> float:
+    for event in fleet.events(job_id):
+        if event["to_state"] == state:
+            return STAMP(event["time"]).timestamp()
+    raise RuntimeError(f"job {job_id} never reached {state}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--eval-every", type=int, default=25)
+    parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--backend", choices=("embedded", "postgres+redis"), default="embedded")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="Per sweep, seconds.")
+    parser.add_argument("--skip-pruning", action="store_true")
+    parser.add_argument("--skip-overhead", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        if not args.skip_pruning:
+            pruning(Path(tmp), args.trials, args.steps, args.eval_every, args.timeout)
+        if not args.skip_overhead:
+            overhead(Path(tmp), args.samples, args.backend)
+
+
+if __name__ == "__main__":
+    main()
