@@ -35,7 +35,7 @@ BAD_SPECS = [
     ),
     pytest.param(job_spec(precision="fp8"), "precision", id="unknown-precision"),
     pytest.param(job_spec(allreduce_dtype="int4"), "allreduce_dtype", id="unknown-allreduce"),
-    pytest.param(job_spec(stop={"max_steps": 0}), "stop.max_steps", id="zero-steps"),
+    pytest.param(job_spec(stop={"max_steps": 0}), "stop", id="zero-steps"),
     pytest.param(job_spec(stop={}), "stop", id="no-stopping-condition"),
     pytest.param(job_spec(gpus=8), "gpus", id="unknown-field"),
     pytest.param(

@@ -241,7 +241,7 @@ def said_why(fleet: Fleet, job_id: str) -> bool:
     if waits:
         assert "credentials" in waits[0]["message"], waits
         return True
-    pending = fleet.job(job_id).get("pending_reason") or ""
+    pending = fleet.job(job_id)["queue"]["pending_reason"] or ""
     return "401" in pending or "cordoned" in pending
 
 
