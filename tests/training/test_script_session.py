@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 from torch.nn import functional
@@ -20,7 +21,7 @@ from torch.nn import functional
 import ampfleet.train
 from ampfleet.workers.hardware_precision import cpu_supports_bf16
 from ampfleet.workers.rundir import RunDir
-from tests.support.localranks import run_ranks
+from tests.support.localranks import RankFailedError, run_ranks
 from tests.support.training import dump, records, script_run_folder
 
 FEATURES = 16
@@ -197,17 +198,20 @@ def test_fp16_skips_the_step_of_an_injected_inf(tmp_path: Path) -> None:
 
 
 def test_auto_falls_back_and_returns_to_the_last_checkpoint(tmp_path: Path) -> None:
-    # `auto` computes in bf16 on this CPU where it has bf16, else in fp32 (nothing to fall
-    # back from); a streak of 8 non-finite bf16 steps moves it on to fp32.
+    # `auto` computes in bf16 on a CPU that has bf16: a streak of 8 non-finite bf16 steps
+    # moves it on to fp32. On a CPU without bf16 it computes in fp32 from the start, so the
+    # same streak has nothing to fall back from and ends the run as diverged.
     run_dir = script_run_folder(tmp_path, precision="auto", stop={"max_steps": 20})
-    results = _run(run_dir, save_every=4, inf_steps=tuple(range(6, 14)))
-    events = [r for r in records(run_dir.path) if r["kind"] == "event"]
-    fallbacks = [e for e in events if e["reason"] == "precision_fallback"]
+    inf_steps = tuple(range(6, 14))
     if not cpu_supports_bf16():
-        assert fallbacks == []
-        assert results[0]["precision"] == "fp32"
+        with pytest.raises(RankFailedError, match=r"non-finite for 8 steps in a row .* fp32"):
+            _run(run_dir, save_every=4, inf_steps=inf_steps)
+        events = [r for r in records(run_dir.path) if r["kind"] == "event"]
+        assert [e for e in events if e["reason"] == "precision_fallback"] == []
         return
-    (fallback,) = fallbacks
+    results = _run(run_dir, save_every=4, inf_steps=inf_steps)
+    events = [r for r in records(run_dir.path) if r["kind"] == "event"]
+    (fallback,) = [e for e in events if e["reason"] == "precision_fallback"]
     assert fallback["message"].startswith("bf16 -> fp32"), dump(fallback)
     assert "resumed from the checkpoint at step 4" in fallback["message"]
     assert results[0]["precision"] == "fp32"
