@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -12,10 +13,14 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ampfleet.workers.training.flops import (
+    PROBE_BUDGET_S,
+    PROBE_REPEATS,
+    PROBE_SIZES,
     Peak,
     StepFlops,
     peak_flops,
     probe_matmul_flops,
+    probe_rate,
     table_peak,
     utilisation,
 )
@@ -119,3 +124,38 @@ def test_a_job_reports_its_flops_and_mfu_per_step(tmp_path: Path) -> None:
     assert all(v["flops_per_s"] > 0 and v["mfu"] > 0 for v in steps)
     # Each rank's compute time, for the slow-rank rule of the diagnosis.
     assert all(v["compute_s_rank0"] > 0 and v["compute_s_rank1"] > 0 for v in steps)
+
+
+def _costs(flops_per_s: float, seen: list[int]) -> Callable[[int], float]:
+    """A matmul of a square size at a fixed rate, noting each size it is asked for."""
+
+    def matmul_seconds(size: int) -> float:
+        seen.append(size)
+        return 2 * size**3 / flops_per_s
+
+    return matmul_seconds
+
+
+def test_the_cpu_probe_stops_below_a_size_that_would_not_fit_its_budget() -> None:
+    # An emulated bf16 matmul, about 1 GFLOP/s: a 512 one alone takes 0.27 s, so the probe
+    # must not reach it (six of them were 1.9 s of each rank's start).
+    seen: list[int] = []
+    rate = probe_rate(_costs(1e9, seen), PROBE_SIZES, PROBE_REPEATS, PROBE_BUDGET_S)
+    assert 512 not in seen
+    assert seen[0] == 128
+    assert rate == pytest.approx(1e9)
+    assert sum(2 * size**3 / 1e9 for size in seen) <= PROBE_BUDGET_S
+
+
+def test_a_fast_cpu_is_probed_up_to_the_largest_size() -> None:
+    seen: list[int] = []
+    rate = probe_rate(_costs(1e11, seen), PROBE_SIZES, PROBE_REPEATS, PROBE_BUDGET_S)
+    assert seen.count(512) == 1 + PROBE_REPEATS  # the warm-up and every repeat
+    assert rate == pytest.approx(1e11)
+
+
+def test_a_kernel_too_slow_for_the_budget_is_still_measured_once_at_the_smallest_size() -> None:
+    seen: list[int] = []
+    rate = probe_rate(_costs(1e6, seen), PROBE_SIZES, PROBE_REPEATS, PROBE_BUDGET_S)
+    assert seen == [128, 128]  # the warm-up, one timed call, and nothing larger
+    assert rate == pytest.approx(1e6)
