@@ -152,7 +152,7 @@ class RankTelemetry:
                         started = started or process.create_time()
                     held, busy = gpu.get(process.pid, (0.0, 0.0))
                     memory, util = memory + held, max(util, busy)
-            if started is None:
+            if started is None or rss == 0:  # gone, or a zombie not reaped yet: no reading
                 continue
             values[f"cpu_percent_rank{rank}"] = self._cpu_percent(rank, cpu_s, started)
             values[f"rss_mb_rank{rank}"] = rss / MB
