@@ -13,6 +13,7 @@ under a shared node's thread budget.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -108,8 +109,12 @@ def probe_matmul_flops(precision: str) -> float:
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
     generator = torch.Generator().manual_seed(0)
 
+    @functools.cache  # one matrix per size, made once: only the matmul is on the clock
+    def matrix(size: int) -> torch.Tensor:
+        return torch.randn(size, size, generator=generator).to(dtype)
+
     def matmul_seconds(size: int) -> float:
-        a = torch.randn(size, size, generator=generator).to(dtype)
+        a = matrix(size)
         started = time.perf_counter()
         torch.mm(a, a)
         return time.perf_counter() - started
