@@ -4,7 +4,8 @@ ranks exited on their own.
 
 A failure a rank reported (its exception) is deterministic and fails the job; ranks that
 died without a report (a signal, the OOM killer, a lost peer) are retried; a hang restarts
-the job and may cordon the node; a preempted attempt goes back to the queue.
+the job and may cordon the node; a preempted attempt goes back to the queue. Of a
+multi-node attempt, only rank 0's node records a success: it exports the model.
 """
 
 from __future__ import annotations
@@ -85,6 +86,11 @@ class Outcomes:
             reason = f"rank 0 wrote a record the platform cannot accept: {attempt.invalid_record}"
             _fail(session, attempt, "invalid_record", reason)
         elif code == 0 or attempt.stop_reason == "finished":
+            if request.node_rank != 0:
+                # Rank 0's node exports and uploads the model: the job succeeds when that
+                # node's uploads are done, not when another node's ranks are.
+                log.info("%s attempt %s: this node's ranks finished", job_id, number)
+                return
             # Stopped after `finished`: the run and its export were complete before.
             transition(
                 session,

@@ -99,21 +99,49 @@ def test_outcomes_held_wait_for_whoever_holds_them(backend: str) -> None:
         assert job.state == "FAILED"
 
 
+def test_a_multi_node_job_succeeds_when_rank_0s_node_is_done_not_another(
+    backend: str,
+) -> None:
+    """The second node's ranks exit cleanly first: the job is not SUCCEEDED before rank 0's
+    node (which exports and uploads the model) has ended too."""
+    job_id = _starting_job()
+    _ranks_exited(job_id, node_rank=1, nnodes=2)
+    with session_scope() as session:
+        assert session.scalar(select(Job.state).where(Job.id == job_id)) == "STARTING"
+    _ranks_exited(job_id, node_rank=0, nnodes=2)
+    with session_scope() as session:
+        assert session.scalar(select(Job.state).where(Job.id == job_id)) == "SUCCEEDED"
+
+
 def _ranks_failed(job_id: str, exc: BaseException, *, held: bool = False) -> None:
     """Rank 0 of the job's attempt 1 reported `exc` and exited; one supervisor pass (held:
     one with the outcomes held, which ends nothing, then one without)."""
+    _ranks_exited(job_id, exc, held=held)
+
+
+def _ranks_exited(
+    job_id: str,
+    exc: BaseException | None = None,
+    *,
+    held: bool = False,
+    node_rank: int = 0,
+    nnodes: int = 1,
+) -> None:
+    """The ranks of one node of the job's attempt 1 exited: with 1, rank 0 reporting `exc`,
+    or with 0 where there is none; then the supervisor's passes as `_ranks_failed` says."""
     settings = get_settings()
-    run_dir = RunDir.for_attempt(settings.runs_dir, job_id, 1, 0)
+    run_dir = RunDir.for_attempt(settings.runs_dir, job_id, 1, node_rank)
     run_dir.logs_dir.mkdir(parents=True)
-    write_failure(run_dir, 0, exc)
-    launcher = subprocess.Popen(["false"], start_new_session=True)
+    if exc is not None:
+        write_failure(run_dir, 0, exc)
+    launcher = subprocess.Popen(["true" if exc is None else "false"], start_new_session=True)
     launcher.wait()
     with open(os.devnull, "wb") as launcher_log:
         request = LaunchRequest(
             job_id,
             1,
-            0,
-            1,
+            node_rank,
+            nnodes,
             2,
             None,
             run_dir,
