@@ -3,13 +3,16 @@ in for the launcher, and its children with RANK in their environment for the ran
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 
 from ampfleet.workers.telemetry import RankTelemetry
@@ -79,6 +82,25 @@ def test_one_sample_per_step_and_interval() -> None:
     seldom = RankTelemetry(os.getpid(), interval_s=3600.0)
     assert seldom.take(1) != []
     assert seldom.take(2) == []  # not due for an hour
+
+
+def test_a_rank_caught_exiting_gives_no_reading(
+    ranks: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank read as it exits (its memory released, its RANK still readable) reads 0 RSS:
+    no sample of it, not a 0 MB point. The moment cannot be hit on purpose in a real
+    process, so rank 1's reading is made to return what the kernel then shows."""
+    exiting = ranks[1].pid
+    read = psutil.Process.memory_info
+
+    @functools.wraps(read)  # keeps what `oneshot` calls on it
+    def memory_info(process: psutil.Process) -> Any:
+        info = read(process)
+        return info._replace(rss=0) if process.pid == exiting else info
+
+    monkeypatch.setattr(psutil.Process, "memory_info", memory_info)
+    values = RankTelemetry(os.getpid(), interval_s=0.0).sample()
+    assert set(values) == {"cpu_percent_rank0", "rss_mb_rank0"}
 
 
 def test_no_ranks_no_points() -> None:
