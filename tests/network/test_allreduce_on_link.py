@@ -27,13 +27,15 @@ def test_hooks_give_the_same_bits_on_a_link_as_on_loopback(world_size: int) -> N
 
 
 @pytest.mark.slow  # 25 MiB buckets, as a job times them
-def test_auto_takes_bf16_on_a_1gbit_link_and_fp32_on_loopback() -> None:
-    """On loopback each rank has one core, and the casts cost more than the halved bytes
-    save (BENCHMARKS.md); on a 1 Gbit/s link the bytes are the time."""
+def test_auto_takes_bf16_on_a_1gbit_link_and_every_rank_takes_the_same() -> None:
+    """On a 1 Gbit/s link the bytes are the time: half the bytes pay. On loopback the
+    casts and the halved bytes are of a size, and which wins depends on the CPU (one with
+    AVX512-BF16 casts faster; BENCHMARKS.md): whichever it is, every rank takes the same
+    dtype, or their buckets would not match."""
     with network_bed(2, rate="1gbit") as bed:
         linked = run_on_bed(bed, ranks.auto_choice)
     loopback = run_ranks(ranks.auto_choice, 2)
     assert [r["dtype"] for r in linked] == ["bf16", "bf16"], linked[0]["described"]
-    assert [r["dtype"] for r in loopback] == ["fp32", "fp32"], loopback[0]["described"]
     assert "chose bf16" in linked[0]["described"]
     assert "fp32" in linked[0]["described"]
+    assert loopback[0]["dtype"] == loopback[1]["dtype"], loopback
