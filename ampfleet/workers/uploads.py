@@ -11,8 +11,9 @@ outcome waits (bounded) until its uploads are done: the model is listed by the t
 SUCCEEDED, and a requeued job's last checkpoint is in the store for whichever node runs it
 next. A failed upload is retried with backoff and, in the end, reported as a job event.
 
-When the store is slower than the ranks checkpoint, a checkpoint with a later one of its job
-waiting behind it is passed over: the store gets the newest, never falls further behind. The
+When the store is slower than the ranks checkpoint, a checkpoint with the job's `keep_last`
+later ones waiting behind it is passed over (keep-last-K would drop it at once): the store
+gets the newest, never falls further behind, and holds every checkpoint the job keeps. The
 ranks keep what the store lacks (stored_checkpoints.py: told before each launch and after
 each checkpoint listed), so nothing is deleted before its upload.
 """
@@ -145,17 +146,39 @@ class ArtifactUploader:
                     self._pending[(upload.job_id, upload.attempt)] -= 1
 
     def _superseded(self, upload: PendingUpload) -> bool:
-        """A checkpoint with a later one of its job waiting behind it: the store gets that."""
+        """A checkpoint with as many later ones of its job waiting behind it as the job keeps
+        (`checkpoint.keep_last`): keep-last-K would drop it as soon as they are listed, so the
+        store gets those. Every checkpoint the job keeps is stored and exportable."""
         if upload.kind != catalog.CHECKPOINT:
             return False
         with self._lock:
             self._checkpoints_waiting[upload.job_id] -= 1
-            later = self._checkpoints_waiting[upload.job_id] > 0
+            later = self._checkpoints_waiting[upload.job_id]
             if not later:
                 del self._checkpoints_waiting[upload.job_id]
-        if later:
-            log.info("passing over %s of %s: a later checkpoint waits", upload.name, upload.job_id)
-        return later
+        if not later:
+            return False
+        keep = self._keep_last(upload.job_id)
+        if later < keep:
+            return False
+        log.info(
+            "passing over %s of %s: %d later checkpoints wait and it keeps the last %d",
+            upload.name,
+            upload.job_id,
+            later,
+            keep,
+        )
+        return True
+
+    def _keep_last(self, job_id: str) -> int:
+        """The job's keep-last-K; 1 where it cannot be read (the job deleted meanwhile)."""
+        try:
+            with get_read_sessionmaker()() as session:
+                job = session.get(Job, job_id)
+                return 1 if job is None else int(job.resolved["checkpoint"]["keep_last"])
+        except Exception:
+            log.exception("could not read the checkpoint policy of %s", job_id)
+            return 1
 
     def _refuse(self, key: AttemptKey, name: object, exc: Exception) -> None:
         """A file the ranks handed over that the agent will not read: said as a job event."""

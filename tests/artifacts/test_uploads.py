@@ -114,24 +114,29 @@ def test_checkpoints_are_listed_pruned_and_restored(
     assert uploader.restore(job_id) == []
 
 
-def test_a_checkpoint_with_a_later_one_waiting_is_passed_over_and_the_ranks_told(
+def test_checkpoints_the_job_would_drop_at_once_are_passed_over_and_the_ranks_told(
     uploader: ArtifactUploader, tmp_path: Path
 ) -> None:
-    """A store slower than the ranks checkpoint: of the checkpoints waiting, the newest is
-    uploaded (the store never falls further behind), and the job's checkpoint folder says
-    which step the store has (stored_checkpoints.py), before the launch and after it."""
+    """A store slower than the ranks checkpoint: of the checkpoints waiting, those with the
+    job's keep_last (2) later ones behind them are passed over (the store never falls
+    further behind), the last two are stored (each exportable), and the job's checkpoint
+    folder says which step the store has (stored_checkpoints.py), before the launch and
+    after it."""
     job_id = insert_job(state=JobState.RUNNING, attempt=1)
     ranks_folder = get_settings().checkpoints_dir / job_id
     assert uploader.restore(job_id) == []  # before the launch: the store has none
     assert stored_checkpoints.read(ranks_folder) == Stored(newest_step=None)
 
     folder = tmp_path / "node-a" / job_id
-    records = [_write_checkpoint(folder, step) for step in (10, 20, 30)]
+    records = [_write_checkpoint(folder, step) for step in (10, 20, 30, 40)]
     uploader.submit((job_id, 1), records, [tmp_path])
     _settle(uploader, (job_id, 1))
-    assert [(r.name, r.step) for r in _rows(job_id)] == [(checkpoint_name(30), 30)]
-    assert len(list(get_store().keys())) == 1
-    assert stored_checkpoints.read(ranks_folder) == Stored(newest_step=30)
+    assert [(r.name, r.step) for r in _rows(job_id)] == [
+        (checkpoint_name(30), 30),
+        (checkpoint_name(40), 40),
+    ]
+    assert len(list(get_store().keys())) == 2
+    assert stored_checkpoints.read(ranks_folder) == Stored(newest_step=40)
 
 
 def test_listing_is_idempotent_and_a_job_without_checkpoints_restores_nothing(

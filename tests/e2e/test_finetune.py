@@ -72,11 +72,9 @@ def test_a_few_steps_list_their_samples_and_checkpoints_with_their_metrics(
         p["step"]: p["value"] for s in series if s["name"] == "val_loss" for p in s["points"]
     }
     listed = [(c.step, c.metrics["val_loss"]) for c in checkpoints]
-    # Each stored checkpoint carries its step's validation loss, and the last one is stored.
-    # Step 2's may not be: a checkpoint with a later one already waiting behind it is passed
-    # over (workers/uploads.py), as happens when the node's upload thread is behind.
-    assert listed[-1] == (4, validated[4]), (listed, validated)
-    assert set(listed) <= set(validated.items()), (listed, validated)
+    # Each checkpoint the job keeps (keep_last 2: both) is stored, with its step's validation
+    # loss, however far behind the node's upload thread was (workers/uploads.py).
+    assert listed == sorted(validated.items()), (listed, validated)
     assert merged_dtype(tmp_path / "out" / "hf" / "merged") == "BF16"
 
 
