@@ -25,6 +25,11 @@ from tests.support.env import empty_tables, environment, fresh_postgres_database
 from tests.support.fleet import FLEET_CONFIGURATIONS, Fleet, FleetFactory, running_fleet
 from tests.support.seaweedfs import S3Server, running_seaweedfs
 from tests.support.services import services, services_problem, stop_services
+from tests.support.workers import sandbox_environment, worker_index
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.update(sandbox_environment())  # in each worker of a split run: its own uids
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -75,7 +80,10 @@ def postgres_url() -> Iterator[str]:
 def redis_url() -> Iterator[str]:
     # Its own database index lets two test runs share one Redis an operator names without
     # flushing each other's keys.
-    url = services().redis_url(int(os.environ.get("AMPFLEET_TEST_REDIS_DB", "15")))
+    # A split run's workers share a Redis an operator names: each flushes an index of its own
+    # (odd ones: the fleets' index, 14, holds keys under prefixes of their own, never flushed).
+    index = int(os.environ.get("AMPFLEET_TEST_REDIS_DB", "15")) - 2 * worker_index()
+    url = services().redis_url(index)
     client = redis.Redis.from_url(url)
     client.flushdb()
     yield url

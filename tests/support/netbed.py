@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import ipaddress
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +115,16 @@ def remove_stale() -> list[str]:
             _ip("link", "delete", name, check=False)
             removed.append(name)
     return removed
+
+
+@contextlib.contextmanager
+def _subnets_chosen_one_at_a_time() -> Iterator[None]:
+    """Held from choosing a free subnet until the bridge holds its address: two processes
+    (a split test run's workers, a benchmark beside the tests) would otherwise both see the
+    same /24 free and give it to two bridges."""
+    with open(Path(tempfile.gettempdir()) / "ampfleet-netbed.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def _free_subnet() -> ipaddress.IPv4Network:
@@ -271,8 +283,9 @@ def network_bed(
     reason = unavailable_reason(delay=delay_ms > 0)
     if reason is not None:
         raise NetworkBedUnavailableError(reason)
-    remove_stale()
-    bed = NetworkBed(hosts, Link(rate, delay_ms)).create()
+    with _subnets_chosen_one_at_a_time():
+        remove_stale()
+        bed = NetworkBed(hosts, Link(rate, delay_ms)).create()
     try:
         yield bed
     finally:
