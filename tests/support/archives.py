@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import stat
 import tarfile
@@ -23,8 +24,12 @@ def zip_of(files: dict[str, bytes], links: dict[str, str] | None = None) -> byte
 
 
 def tar_gz_of(members: list[tuple[tarfile.TarInfo, bytes]]) -> bytes:
+    """The same bytes for the same members, whenever it runs (gzip's header time is 0)."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as compressed,
+        tarfile.open(fileobj=compressed, mode="w") as archive,
+    ):
         for info, data in members:
             info.size = len(data) if info.isreg() else 0
             archive.addfile(info, io.BytesIO(data) if info.isreg() else None)

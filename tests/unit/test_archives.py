@@ -70,6 +70,7 @@ def test_a_zip_whose_stated_size_lies_is_stopped_while_writing(tmp_path: Path) -
         tar_gz_of([special_entry("up", tarfile.SYMTYPE, "../..")]),
         zip_of({"/abs.py": b"x"}),
     ],
+    ids=["tar-escape", "tar-link-up", "zip-absolute"],  # names the same in every process
 )
 def test_hostile_archives_write_nothing(tmp_path: Path, body: bytes) -> None:
     dest = tmp_path / "box" / "out"
