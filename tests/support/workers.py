@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import os
 
-SANDBOX_FIRST_UID = 200_000
+from ampfleet.core.settings import Settings
+
+_FIELDS = Settings.model_fields
+SANDBOX_FIRST_UID = int(_FIELDS["sandbox_first_uid"].default)
 """AMPFLEET_SANDBOX_FIRST_UID's default, the first worker's range."""
-SANDBOX_UID_SPAN = 2048
-"""Apart from one worker's range to the next: more than AMPFLEET_SANDBOX_UID_COUNT's 1024."""
+SANDBOX_UID_SPAN = 2 * int(_FIELDS["sandbox_uid_count"].default)
+"""Apart from one worker's range to the next: twice AMPFLEET_SANDBOX_UID_COUNT's default."""
 
 
 def worker_index() -> int:
