@@ -93,6 +93,8 @@ class ArtifactUploader:
         self._pending: Counter[AttemptKey] = Counter()
         self._checkpoints_waiting: Counter[str] = Counter()
         """Each job's checkpoints handed over and not yet taken up."""
+        self._keep_last: dict[str, int] = {}
+        """The keep_last of each job with checkpoints waiting, read once its backlog forms."""
         self._telling = threading.Lock()  # the restore thread and this one write stored.json
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="artifact-uploads", daemon=True)
@@ -156,9 +158,12 @@ class ArtifactUploader:
             later = self._checkpoints_waiting[upload.job_id]
             if not later:
                 del self._checkpoints_waiting[upload.job_id]
+                self._keep_last.pop(upload.job_id, None)
         if not later:
             return False
-        keep = self._keep_last(upload.job_id)
+        keep = self._keep_last.get(upload.job_id)
+        if keep is None:  # read once per backlog, however many checkpoints a rank hands over
+            keep = self._keep_last[upload.job_id] = _keep_last(upload.job_id)
         if later < keep:
             return False
         log.info(
@@ -169,16 +174,6 @@ class ArtifactUploader:
             keep,
         )
         return True
-
-    def _keep_last(self, job_id: str) -> int:
-        """The job's keep-last-K; 1 where it cannot be read (the job deleted meanwhile)."""
-        try:
-            with get_read_sessionmaker()() as session:
-                job = session.get(Job, job_id)
-                return 1 if job is None else int(job.resolved["checkpoint"]["keep_last"])
-        except Exception:
-            log.exception("could not read the checkpoint policy of %s", job_id)
-            return 1
 
     def _refuse(self, key: AttemptKey, name: object, exc: Exception) -> None:
         """A file the ranks handed over that the agent will not read: said as a job event."""
@@ -349,3 +344,14 @@ class ArtifactUploader:
 
 def _step_of(row: Artifact | None) -> int | None:
     return None if row is None else row.step
+
+
+def _keep_last(job_id: str) -> int:
+    """The job's keep-last-K; 1 where it cannot be read (the job deleted meanwhile)."""
+    try:
+        with get_read_sessionmaker()() as session:
+            job = session.get(Job, job_id)
+            return 1 if job is None else int(job.resolved["checkpoint"]["keep_last"])
+    except Exception:
+        log.exception("could not read the checkpoint policy of %s", job_id)
+        return 1
