@@ -538,6 +538,9 @@ class Session:
         finally:
             if self.prepared is not None:
                 self.prepared.close()
+            # The script leaves the process group next: nothing here may still hold it
+            # (DDP's wrapper does, in reference cycles that only a collection frees).
+            self.prepared, self.optimizer = None, None
             self.heartbeat.close()
             self.signals.uninstall()
             if self.writer is not None:

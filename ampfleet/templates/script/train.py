@@ -16,6 +16,7 @@ points around random centres), so nothing is downloaded.
 """
 
 import argparse
+import gc
 import json
 import os
 from pathlib import Path
@@ -108,6 +109,13 @@ def main() -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
         torch.save(model.module.state_dict(), output_dir / "model.pt")
         print(f"saved {output_dir / 'model.pt'}")
+    # Leave together, with nothing left that holds the group: DDP's reference cycles keep
+    # it, and freed only at interpreter exit, after the group is gone, they can abort this
+    # process ("terminate called without an active exception") after a run that succeeded;
+    # a rank that tears down while a peer still sends can too.
+    del model, optimizer
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 
 

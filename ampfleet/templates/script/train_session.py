@@ -12,6 +12,7 @@ a job (on this machine too):
 """
 
 import argparse
+import gc
 import itertools
 import json
 import os
@@ -120,6 +121,10 @@ def main() -> None:
         torch.save(weights, output)
         print(f"saved {output}")
     session.close()
+    # Leave together, with nothing left that holds the group (see train.py).
+    del model, optimizer, state, weights
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 
 
