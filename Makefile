@@ -10,9 +10,8 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 PYTEST_FLAGS ?=
 # `make test` splits its run over this many processes (pytest-xdist, a module per worker at a
-# time, the longest modules first: tests/module_seconds.json): the suite spends much of its
-# time waiting on real processes, which another worker's tests fill. TEST_WORKERS=0 runs it
-# in one process.
+# time): the suite spends much of its time waiting on real processes, which another worker's
+# tests fill. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 
 .PHONY: install install-dev run test test-all lint format bench clean ui-deps metrics-deps \
@@ -90,8 +89,8 @@ lint: install-dev
 	$(BIN)/mypy ampfleet
 
 test: lint ui-deps metrics-deps sandbox-deps services-deps slurm-deps
-	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadscope \
-	  --no-loadscope-reorder --durations=25 $(PYTEST_FLAGS)
+	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadscope --durations=25 \
+	  $(PYTEST_FLAGS)
 
 test-all: lint ui-deps metrics-deps sandbox-deps services-deps slurm-deps
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)

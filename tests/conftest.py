@@ -25,12 +25,11 @@ from tests.support.env import empty_tables, environment, fresh_postgres_database
 from tests.support.fleet import FLEET_CONFIGURATIONS, Fleet, FleetFactory, running_fleet
 from tests.support.seaweedfs import S3Server, running_seaweedfs
 from tests.support.services import services, services_problem, stop_services
-from tests.support.workers import LongestModulesFirst, sandbox_environment, worker_index
+from tests.support.workers import sandbox_environment, worker_index
 
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.update(sandbox_environment())  # in each worker of a split run: its own uids
-    config.pluginmanager.register(LongestModulesFirst(), "longest-modules-first")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

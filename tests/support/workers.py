@@ -9,11 +9,7 @@ and the network bed's subnets (bridges of the root namespace).
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
-
-import pytest
 
 from ampfleet.core.settings import Settings
 
@@ -37,19 +33,3 @@ def sandbox_environment() -> dict[str, str]:
         return {}
     first = SANDBOX_FIRST_UID + worker_index() * SANDBOX_UID_SPAN
     return {"AMPFLEET_SANDBOX_FIRST_UID": str(first)}
-
-
-MODULE_SECONDS = Path(__file__).resolve().parent.parent / "module_seconds.json"
-"""Seconds per test module (by file) in a `make test` run (tools/module_seconds.py writes it)."""
-
-
-class LongestModulesFirst:
-    """Orders the collection by module, the longest first (xdist's `loadscope` hands modules
-    out in collection order, with `--no-loadscope-reorder`): a long module handed out last
-    runs alone at the end while the other workers have nothing left. A module the table
-    does not name keeps its place after the named ones; the order within a module is kept."""
-
-    @pytest.hookimpl(trylast=True)  # after -m deselects and fixtures reorder by scope
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        seconds: dict[str, float] = json.loads(MODULE_SECONDS.read_text())
-        items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0))
