@@ -16,6 +16,15 @@ from ampfleet.core.models import Allocation, Job, Metric, utcnow
 from tests.support.factories import add_node, job_spec
 
 NOW = utcnow()
+"""The moment a test's reports are placed against, taken again as each test starts: taken
+once at import, it was minutes old when a test ran late in a long run, and the served ETA,
+counted down to the request's own moment, had reached 0."""
+
+
+@pytest.fixture(autouse=True)
+def _now_is_when_the_test_starts() -> None:
+    global NOW  # noqa: PLW0603 - the helpers below and the tests read the one moment
+    NOW = utcnow()
 
 
 def running(client: TestClient, *, step: int, **spec: Any) -> str:
@@ -51,11 +60,11 @@ def report(
         )
 
 
-def estimated(job_id: str, now: datetime = NOW) -> eta.Estimate:
+def estimated(job_id: str, now: datetime | None = None) -> eta.Estimate:
     with session_scope() as session:
         job = session.get(Job, job_id)
         assert job is not None
-        return eta.estimate(job, now)
+        return eta.estimate(job, now or NOW)
 
 
 def test_a_steady_pace_after_a_slow_start_gives_a_confident_eta(client: TestClient) -> None:
