@@ -4,6 +4,8 @@
     python -m bench.sweeps --trials 8 --steps 300   # smaller
     python -m bench.sweeps --skip-pruning           # the controller's overhead only
     python -m bench.sweeps --seeds 0 1 2            # part 1 per sampler seed, and medians
+    python -m bench.sweeps --space wide --trials 48 --first-rung 100 --asha-first --skip-overhead
+                                                    # part 1 where good configurations are rare
 
 1. ASHA against no pruning: two sweeps of the same search space, sampler and seed, one
    after the other on one embedded fleet (digits, learning rate over three decades and
@@ -13,6 +15,12 @@
    best validation accuracies (both reached it); for each sweep, the slot-seconds its
    trials had held when a trial reaching it ended (from each trial job's placement to its
    end, cut at that moment), and in all.
+   `--space wide` adds the width, dropout and weight decay and widens the learning rate
+   (five decades), so that few configurations reach the top; `--first-rung` sets ASHA's
+   first rung (default: the first evaluation); `--asha-first` runs the ASHA sweep first and
+   stops the sweep without pruning once one of its trials reaches ASHA's best: the
+   slot-seconds to the target are the same measurement, and the rest of that sweep's
+   trials, which cannot change them, are not run (its "in all" is then not measured).
 2. The sweep controller's overhead: on an idle fleet of one node with one slot, from the
    end of a job (its SUCCEEDED event) to the next one's node launching its ranks (STARTING):
    plain jobs queued behind each other (the slot freed, a pass places the next), against a
@@ -27,6 +35,7 @@ import itertools
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -50,8 +59,11 @@ def base(steps: int, eval_every: int) -> dict[str, Any]:
     )
 
 
-def run_sweep(fleet: Fleet, spec: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], float]:
-    """The sweep once it ended, and its wall seconds from the POST."""
+def run_sweep(
+    fleet: Fleet, spec: dict[str, Any], timeout_s: float, stop_at: float | None = None
+) -> tuple[dict[str, Any], float]:
+    """The sweep once it ended, and its wall seconds from the POST. `stop_at`: cancel it once
+    a complete trial's first objective reaches this value, and wait for its trials' jobs."""
     started = time.monotonic()
     response = fleet.http.post("/v1/sweeps", json=spec)
     response.raise_for_status()
@@ -59,43 +71,84 @@ def run_sweep(fleet: Fleet, spec: dict[str, Any], timeout_s: float) -> tuple[dic
     while time.monotonic() - started < timeout_s:
         sweep = fleet.http.get(f"/v1/sweeps/{sweep_id}").json()
         if sweep["state"] != "RUNNING":
-            return dict(sweep), time.monotonic() - started
+            if _jobs_ended(fleet, sweep):
+                return dict(sweep), time.monotonic() - started
+        elif stop_at is not None and _values(sweep) and max(_values(sweep)) >= stop_at:
+            cancelled = fleet.http.post(f"/v1/sweeps/{sweep_id}/cancel")
+            if cancelled.status_code != 409:  # 409: it ended on its own meanwhile
+                cancelled.raise_for_status()
         time.sleep(1.0)
     raise TimeoutError(f"sweep {sweep_id} still running after {timeout_s:g} s")
+
+
+def _values(sweep: dict[str, Any]) -> list[float]:
+    return [t["values"][0] for t in sweep["trials"] if t["state"] == "complete"]
+
+
+def _jobs_ended(fleet: Fleet, sweep: dict[str, Any]) -> bool:
+    return all(
+        fleet.job(t["job_id"])["finished_at"] is not None for t in sweep["trials"] if t["job_id"]
+    )
 
 
 # -- 1. ASHA against no pruning -----------------------------------------------------------
 
 
-def pruning(
-    tmp: Path, trials: int, steps: int, eval_every: int, timeout_s: float, seed: int
-) -> tuple[float, float]:
+SPACES: dict[str, dict[str, Any]] = {
+    "narrow": {
+        "learning_rate": {"type": "log_uniform", "low": 1e-4, "high": 3e-1},
+        "precision": {"type": "categorical", "choices": ["fp32", "bf16"]},
+    },
+    # Five decades of learning rate and three more hyperparameters: a small share of the
+    # configurations reaches the top, so where the first of them falls in the order varies.
+    "wide": {
+        "learning_rate": {"type": "log_uniform", "low": 1e-5, "high": 1.0},
+        "hidden": {"type": "int", "low": 8, "high": 512, "log": True},
+        "dropout": {"type": "uniform", "low": 0.0, "high": 0.8},
+        "weight_decay": {"type": "log_uniform", "low": 1e-5, "high": 1.0},
+        "precision": {"type": "categorical", "choices": ["fp32", "bf16"]},
+    },
+}
+
+
+@dataclass(frozen=True)
+class PruningRun:
+    trials: int
+    steps: int
+    eval_every: int
+    timeout_s: float
+    space: str
+    first_rung: int
+    asha_first: bool
+
+
+def pruning(tmp: Path, run: PruningRun, seed: int) -> tuple[float, float | None]:
     """Both sweeps with the sampler's `seed`; the ratios none / ASHA of the slot-seconds to
-    the target and in all."""
+    the target and in all (None where the sweep without pruning was stopped at the target)."""
     print(
-        f"1. ASHA against no pruning: {trials} trials of up to {steps} steps (digits, learning "
-        f"rate 1e-4..3e-1 and fp32|bf16, random seed {seed}), 2 at a time on one embedded node"
+        f"1. ASHA against no pruning: {run.trials} trials of up to {run.steps} steps (digits, "
+        f"the {run.space} space: {', '.join(SPACES[run.space])}; random seed {seed}), first "
+        f"rung {run.first_rung} steps, 2 at a time on one embedded node"
     )
     pruners = {
         "none": {"type": "none"},
-        "asha": {"type": "asha", "min_resource": eval_every, "reduction_factor": 3},
+        "asha": {"type": "asha", "min_resource": run.first_rung, "reduction_factor": 3},
     }
+    order = ("asha", "none") if run.asha_first else ("none", "asha")
     found: dict[str, tuple[dict[str, Any], float, dict[str, dict[str, Any]]]] = {}
     with running_fleet(tmp / f"pruning-{seed}", "embedded") as fleet:
-        for name, pruner in pruners.items():
+        for name in order:
             spec = {
                 "name": f"bench-{name}",
-                "base": base(steps, eval_every),
-                "space": {
-                    "learning_rate": {"type": "log_uniform", "low": 1e-4, "high": 3e-1},
-                    "precision": {"type": "categorical", "choices": ["fp32", "bf16"]},
-                },
+                "base": base(run.steps, run.eval_every),
+                "space": SPACES[run.space],
                 "objectives": [{"metric": "val_accuracy", "direction": "maximize"}],
                 "sampler": {"type": "random", "seed": seed},
-                "pruner": pruner,
-                "budget": {"max_trials": trials, "max_concurrent": 2},
+                "pruner": pruners[name],
+                "budget": {"max_trials": run.trials, "max_concurrent": 2},
             }
-            sweep, wall = run_sweep(fleet, spec, timeout_s)
+            stop_at = _best(found["asha"][0]) if name == "none" and run.asha_first else None
+            sweep, wall = run_sweep(fleet, spec, run.timeout_s, stop_at)
             jobs = {t["job_id"]: fleet.job(t["job_id"]) for t in sweep["trials"] if t["job_id"]}
             found[name] = (sweep, wall, jobs)
     bests = {name: _best(sweep) for name, (sweep, _, _) in found.items()}
@@ -106,25 +159,39 @@ def pruning(
         reached = _reached_at(sweep, jobs, target)
         to_target[name] = _slot_seconds_until(jobs, reached)
         pruned = sweep["counts"].get("pruned", 0)
+        stopped = " (stopped at the target)" if sweep["state"] == "CANCELLED" else ""
         print(
             f"   {name:5} best {bests[name]:.4f}  {pruned} of {len(sweep['trials'])} pruned  "
-            f"slot-s to target {to_target[name]:7.1f}  in all {sweep['slot_s']['total']:7.1f}  "
-            f"wall {wall:6.1f} s"
+            f"reached at trial {_first_at(sweep, target)}  slot-s to target "
+            f"{to_target[name]:7.1f}  in all {sweep['slot_s']['total']:7.1f}  wall {wall:6.1f} s"
+            f"{stopped}"
         )
     total = {name: sweep["slot_s"]["total"] for name, (sweep, _, _) in found.items()}
-    ratios = to_target["none"] / to_target["asha"], total["none"] / total["asha"]
+    to_target_ratio = to_target["none"] / to_target["asha"]
+    in_all = None if found["none"][0]["state"] == "CANCELLED" else total["none"] / total["asha"]
+    in_all_text = "not measured" if in_all is None else f"{in_all:.2f}x"
     print(
-        f"   no pruning / ASHA: {ratios[0]:.2f}x the slot-seconds to the target, "
-        f"{ratios[1]:.2f}x in all"
+        f"   no pruning / ASHA: {to_target_ratio:.2f}x the slot-seconds to the target, "
+        f"in all {in_all_text}"
     )
-    return ratios
+    return to_target_ratio, in_all
+
+
+def _first_at(sweep: dict[str, Any], target: float) -> int:
+    """The number of the first trial (in the sampler's order) that completed at the target."""
+    reached = [
+        int(t["number"])
+        for t in sweep["trials"]
+        if t["state"] == "complete" and t["values"][0] >= target
+    ]
+    return min(reached)
 
 
 def _best(sweep: dict[str, Any]) -> float:
     values = [t["values"][0] for t in sweep["trials"] if t["state"] == "complete"]
     if not values:
         raise RuntimeError(f"sweep {sweep['id']} completed no trial: {sweep['reason']}")
-    return max(values)
+    return float(max(values))
 
 
 def _reached_at(sweep: dict[str, Any], jobs: dict[str, dict[str, Any]], target: float) -> datetime:
@@ -219,24 +286,44 @@ def main() -> None:
         help="Part 1 once per sampler seed: with few trials, where a good configuration falls "
         "in the order decides the slot-seconds to the target, so several seeds give a median.",
     )
+    parser.add_argument("--space", choices=sorted(SPACES), default="narrow")
+    parser.add_argument(
+        "--first-rung",
+        type=int,
+        default=None,
+        help="ASHA's first rung, steps (default: the first evaluation).",
+    )
+    parser.add_argument(
+        "--asha-first",
+        action="store_true",
+        help="Run the ASHA sweep first and stop the one without pruning once it reaches "
+        "ASHA's best (the same slot-seconds to the target, its 'in all' not measured).",
+    )
     parser.add_argument("--samples", type=int, default=10)
     parser.add_argument("--backend", choices=("embedded", "postgres+redis"), default="embedded")
     parser.add_argument("--timeout", type=float, default=3600.0, help="Per sweep, seconds.")
     parser.add_argument("--skip-pruning", action="store_true")
     parser.add_argument("--skip-overhead", action="store_true")
     args = parser.parse_args()
+    run = PruningRun(
+        trials=args.trials,
+        steps=args.steps,
+        eval_every=args.eval_every,
+        timeout_s=args.timeout,
+        space=args.space,
+        first_rung=args.first_rung or args.eval_every,
+        asha_first=args.asha_first,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         if not args.skip_pruning:
-            ratios = [
-                pruning(Path(tmp), args.trials, args.steps, args.eval_every, args.timeout, seed)
-                for seed in args.seeds
-            ]
+            ratios = [pruning(Path(tmp), run, seed) for seed in args.seeds]
             if len(ratios) > 1:
-                to_target, in_all = zip(*ratios, strict=True)
+                to_target = statistics.median(r[0] for r in ratios)
+                in_all = [r[1] for r in ratios if r[1] is not None]
+                in_all_text = f"{statistics.median(in_all):.2f}x" if in_all else "not measured"
                 print(
                     f"   median over seeds {args.seeds}: no pruning / ASHA "
-                    f"{statistics.median(to_target):.2f}x the slot-seconds to the target, "
-                    f"{statistics.median(in_all):.2f}x in all"
+                    f"{to_target:.2f}x the slot-seconds to the target, in all {in_all_text}"
                 )
         if not args.skip_overhead:
             overhead(Path(tmp), args.samples, args.backend)
