@@ -6,10 +6,10 @@ sampler and the pruner keep, such as ASHA's completed rungs and NSGA-II's genera
 the one source of truth, written in the same transaction as the jobs they run as. A scheduler
 that restarts rebuilds the same history; a trial is never lost or asked twice.
 
-Samplers are reseeded per trial number (the sweep's seed plus the number): a study rebuilt
-from the same history asks the same trial again, so a fresh sampler with the sweep's seed
-alone would repeat its first choice on every pass. The grid sampler is the exception: it
-takes the grid's points in the order of one shuffle by the sweep's seed.
+Samplers are reseeded per trial number (a seed mixed from the sweep's seed and the number):
+a study rebuilt from the same history asks the same trial again, so a fresh sampler with the
+sweep's seed alone would repeat its first choice on every pass. The grid sampler is the
+exception: it takes the grid's points in the order of one shuffle by the sweep's seed.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.distributions import (
     BaseDistribution,
@@ -80,8 +81,15 @@ def grid_size(spec: SweepSpec) -> int | None:
     return size
 
 
+def trial_seed(sweep_seed: int, number: int) -> int:
+    """Trial `number`'s sampler seed, mixed from the sweep's seed and the number by numpy's
+    SeedSequence. Not their sum: with it, trial n + 1 of seed s was trial n of seed s + 1,
+    and two sweeps with neighbouring seeds tried the same configurations, one trial apart."""
+    return int(np.random.SeedSequence((sweep_seed, number)).generate_state(1)[0]) % 2**31
+
+
 def sampler(spec: SweepSpec, number: int) -> optuna.samplers.BaseSampler:
-    seed = (spec.sampler.seed + number) % 2**31
+    seed = trial_seed(spec.sampler.seed, number)
     kind = spec.sampler.type
     if kind is SamplerKind.RANDOM:
         return optuna.samplers.RandomSampler(seed=seed)

@@ -17,7 +17,7 @@ from ampfleet.scheduler import sweep_study
 SWEEP = "swp_test"
 
 
-def _spec(sampler: str, **overrides: Any) -> SweepSpec:
+def _spec(sampler: str, seed: int = 5, **overrides: Any) -> SweepSpec:
     return SweepSpec.model_validate(
         {
             "base": {"recipe": "digits", "stop": {"max_steps": 40}},
@@ -26,7 +26,7 @@ def _spec(sampler: str, **overrides: Any) -> SweepSpec:
                 "hidden": {"type": "int", "low": 64, "high": 192, "step": 64},
             },
             "objectives": [{"metric": "val_accuracy", "direction": "maximize"}],
-            "sampler": {"type": sampler, "seed": 5},
+            "sampler": {"type": sampler, "seed": seed},
             "budget": {"max_trials": 6, "max_concurrent": 6},
             **overrides,
         }
@@ -61,6 +61,16 @@ def test_a_grid_is_walked_once_while_its_trials_run() -> None:
 def test_a_rebuilt_study_does_not_repeat_its_first_choice(sampler: str) -> None:
     trials = _ask_all(_spec(sampler), 4)
     assert len({tuple(sorted(t.params.items())) for t in trials}) > 1
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe", "nsgaii"])
+def test_neighbouring_seeds_try_different_configurations(sampler: str) -> None:
+    space = {"learning_rate": {"type": "log_uniform", "low": 1e-5, "high": 1.0}}
+    tried = {}
+    for seed in (5, 6):
+        spec = _spec(sampler, seed, space=space)
+        tried[seed] = [t.params["learning_rate"] for t in _ask_all(spec, 4)]
+    assert not set(tried[5]) & set(tried[6]), tried
 
 
 def test_asha_rungs_survive_a_rebuild() -> None:
