@@ -284,8 +284,7 @@ def main() -> None:
         nargs="+",
         default=[0],
         help="Part 1 once per sampler seed: with few trials, where a good configuration falls "
-        "in the order decides the slot-seconds to the target, so several seeds give a median. "
-        "At least --trials apart (e.g. 0 1000 2000): the sampler takes seed + trial number.",
+        "in the order decides the slot-seconds to the target, so several seeds give a median.",
     )
     parser.add_argument("--space", choices=sorted(SPACES), default="narrow")
     parser.add_argument(
@@ -306,15 +305,6 @@ def main() -> None:
     parser.add_argument("--skip-pruning", action="store_true")
     parser.add_argument("--skip-overhead", action="store_true")
     args = parser.parse_args()
-    close = [(a, b) for a, b in itertools.combinations(args.seeds, 2) if abs(a - b) < args.trials]
-    if close:
-        # The sampler is reseeded per trial with the sweep's seed plus the trial's number:
-        # seed 1's trial n is seed 0's trial n + 1, the same configurations shifted by one.
-        parser.error(
-            f"seeds {close[0][0]} and {close[0][1]} are fewer than --trials apart: their "
-            "sweeps would try mostly the same configurations (trial n of seed s is trial "
-            "n + 1 of seed s - 1)"
-        )
     run = PruningRun(
         trials=args.trials,
         steps=args.steps,
