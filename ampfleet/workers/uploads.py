@@ -163,7 +163,7 @@ class ArtifactUploader:
             return False
         keep = self._keep_last.get(upload.job_id)
         if keep is None:  # read once per backlog, however many checkpoints a rank hands over
-            keep = self._keep_last[upload.job_id] = _keep_last(upload.job_id)
+            keep = self._keep_last[upload.job_id] = _read_keep_last(upload.job_id)
         if later < keep:
             return False
         log.info(
@@ -346,7 +346,7 @@ def _step_of(row: Artifact | None) -> int | None:
     return None if row is None else row.step
 
 
-def _keep_last(job_id: str) -> int:
+def _read_keep_last(job_id: str) -> int:
     """The job's keep-last-K; 1 where it cannot be read (the job deleted meanwhile)."""
     try:
         with get_read_sessionmaker()() as session:
