@@ -111,6 +111,10 @@ SPACES: dict[str, dict[str, Any]] = {
 }
 
 
+REDUCTION = 3
+"""ASHA's reduction factor: a rung promotes the top third of the trials that reached it."""
+
+
 @dataclass(frozen=True)
 class PruningRun:
     trials: int
@@ -132,7 +136,7 @@ def pruning(tmp: Path, run: PruningRun, seed: int) -> tuple[float, float | None]
     )
     pruners = {
         "none": {"type": "none"},
-        "asha": {"type": "asha", "min_resource": run.first_rung, "reduction_factor": 3},
+        "asha": {"type": "asha", "min_resource": run.first_rung, "reduction_factor": REDUCTION},
     }
     order = ("asha", "none") if run.asha_first else ("none", "asha")
     found: dict[str, tuple[dict[str, Any], float, dict[str, dict[str, Any]]]] = {}
@@ -166,6 +170,7 @@ def pruning(tmp: Path, run: PruningRun, seed: int) -> tuple[float, float | None]
             f"{to_target[name]:7.1f}  in all {sweep['slot_s']['total']:7.1f}  wall {wall:6.1f} s"
             f"{stopped}"
         )
+    print(f"   {_asha_breakdown(found['asha'][0], found['asha'][2], target, run.first_rung)}")
     total = {name: sweep["slot_s"]["total"] for name, (sweep, _, _) in found.items()}
     to_target_ratio = to_target["none"] / to_target["asha"]
     in_all = None if found["none"][0]["state"] == "CANCELLED" else total["none"] / total["asha"]
@@ -177,14 +182,14 @@ def pruning(tmp: Path, run: PruningRun, seed: int) -> tuple[float, float | None]
     return to_target_ratio, in_all
 
 
+def _at_target(sweep: dict[str, Any], target: float) -> list[dict[str, Any]]:
+    """The complete trials whose first objective is at or above `target`."""
+    return [t for t in sweep["trials"] if t["state"] == "complete" and t["values"][0] >= target]
+
+
 def _first_at(sweep: dict[str, Any], target: float) -> int:
     """The number of the first trial (in the sampler's order) that completed at the target."""
-    reached = [
-        int(t["number"])
-        for t in sweep["trials"]
-        if t["state"] == "complete" and t["values"][0] >= target
-    ]
-    return min(reached)
+    return min(int(t["number"]) for t in _at_target(sweep, target))
 
 
 def _best(sweep: dict[str, Any]) -> float:
@@ -196,24 +201,43 @@ def _best(sweep: dict[str, Any]) -> float:
 
 def _reached_at(sweep: dict[str, Any], jobs: dict[str, dict[str, Any]], target: float) -> datetime:
     """When the first complete trial at or above `target` ended."""
-    ends = [
-        STAMP(jobs[t["job_id"]]["finished_at"])
-        for t in sweep["trials"]
-        if t["state"] == "complete" and t["values"][0] >= target
-    ]
-    return min(ends)
+    return min(STAMP(jobs[t["job_id"]]["finished_at"]) for t in _at_target(sweep, target))
+
+
+def _held(job: dict[str, Any], moment: datetime) -> float:
+    """Slot-seconds the job held from its placement to its end, up to `moment`."""
+    if job["scheduled_at"] is None:
+        return 0.0
+    placed = STAMP(job["scheduled_at"])
+    ended = STAMP(job["finished_at"]) if job["finished_at"] else moment
+    return float(job["gang_size"]) * max((min(ended, moment) - placed).total_seconds(), 0.0)
 
 
 def _slot_seconds_until(jobs: dict[str, dict[str, Any]], moment: datetime) -> float:
-    """Slot-seconds the trials' jobs held from their placement to their end, up to `moment`."""
-    held = 0.0
-    for job in jobs.values():
-        if job["scheduled_at"] is None:
-            continue
-        placed = STAMP(job["scheduled_at"])
-        ended = STAMP(job["finished_at"]) if job["finished_at"] else moment
-        held += job["gang_size"] * max((min(ended, moment) - placed).total_seconds(), 0.0)
-    return held
+    """Slot-seconds the trials' jobs held, up to `moment`."""
+    return sum(_held(job, moment) for job in jobs.values())
+
+
+def _asha_breakdown(
+    sweep: dict[str, Any], jobs: dict[str, dict[str, Any]], target: float, first_rung: int
+) -> str:
+    """Where ASHA's slot-seconds to the target went: the trials it ran to the end up to the
+    one that reached it, and what a trial it stopped at the first rung held."""
+    moment = _reached_at(sweep, jobs, target)
+    first = _first_at(sweep, target)
+    early = [t for t in sweep["trials"] if t["number"] <= first and t["job_id"]]
+    ended = [jobs[t["job_id"]] for t in early if t["state"] == "complete"]
+    stopped = [
+        _held(jobs[t["job_id"]], moment)
+        for t in early
+        if t["state"] == "pruned" and jobs[t["job_id"]]["progress"]["step"] < first_rung * REDUCTION
+    ]
+    mean = f"{statistics.mean(stopped):.1f}" if stopped else "-"
+    return (
+        f"ASHA up to trial {first}: {len(ended)} of {len(early)} run to the end, holding "
+        f"{sum(_held(job, moment) for job in ended):.1f} slot-s; a trial stopped at the first "
+        f"rung held {mean} s on average ({len(stopped)} trials)"
+    )
 
 
 # -- 2. the controller's overhead ---------------------------------------------------------
