@@ -24,6 +24,8 @@ platform into a loop.
             break
     session.save(state)
     session.close()
+    del model, optimizer, state  # the DDP wrapper holds the process group
+    ampfleet.train.leave_process_group()
 
 Importing it loads torch and the rank's side of the platform, never its server side (no
 database, web framework or message broker).
@@ -33,8 +35,9 @@ from __future__ import annotations
 
 from ampfleet.train.job import NotInAJobError, RankJob, join_process_group
 from ampfleet.train.session import Session
+from ampfleet.workers.training import group
 
-__all__ = ["NotInAJobError", "RankJob", "Session", "init"]
+__all__ = ["NotInAJobError", "RankJob", "Session", "init", "leave_process_group"]
 
 
 def init() -> Session:
@@ -46,3 +49,13 @@ def init() -> Session:
     session = Session(job, device, backend)
     session.begin()
     return session
+
+
+def leave_process_group() -> None:
+    """Leaves the process group after a completed run, as the platform's own ranks do: a
+    collection first (DDP's wrapper, a reference cycle, holds the group, and freed only at
+    interpreter exit, after the group is gone, it can abort the process), then a barrier, so
+    that no rank closes its connections while a peer still uses them. After
+    `session.close()`, with the script's own references to the model dropped. Every rank
+    calls it."""
+    group.leave_process_group(completed=True)

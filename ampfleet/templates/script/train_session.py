@@ -12,7 +12,6 @@ a job (on this machine too):
 """
 
 import argparse
-import gc
 import itertools
 import json
 import os
@@ -20,7 +19,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.nn import functional as F  # noqa: N812
@@ -121,11 +119,8 @@ def main() -> None:
         torch.save(weights, output)
         print(f"saved {output}")
     session.close()
-    # Leave together, with nothing left that holds the group (see train.py).
-    del model, optimizer, state, weights
-    gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
+    del model, optimizer, state, weights  # the DDP wrapper holds the process group
+    ampfleet.train.leave_process_group()
 
 
 if __name__ == "__main__":
