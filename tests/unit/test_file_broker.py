@@ -65,3 +65,46 @@ def test_the_embedded_broker_uses_it(tmp_path: Path) -> None:
     with make_celery(settings).connection_for_write() as conn:
         assert conn.transport_cls == file_broker.TRANSPORT
         assert isinstance(conn.transport, file_broker.Transport)
+
+
+def _waits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, timeout: float) -> list[float]:
+    """The waits the embedded transport asks of kombu's for one drain of `timeout` seconds
+    on an empty queue (which ends in TimeoutError)."""
+    asked: list[float] = []
+    kombus = filesystem.Transport.drain_events
+
+    def waiting(self: Any, connection: Any, timeout: float | None = None) -> None:
+        asked.append(timeout or 0.0)
+        kombus(self, connection, timeout=timeout)
+
+    monkeypatch.setattr(filesystem.Transport, "drain_events", waiting)
+    options = {"data_folder_in": str(tmp_path), "data_folder_out": str(tmp_path)}
+    with (
+        Connection(
+            "filesystem://", transport=file_broker.TRANSPORT, transport_options=options
+        ) as c,
+        pytest.raises(TimeoutError),
+    ):
+        c.drain_events(timeout=timeout)
+    return asked
+
+
+def test_a_worker_asked_to_stop_stops_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Celery's loop waits 2 s per cycle on this broker and sees a warm shutdown only between
+    cycles. Its flag holds the exit code, 0 for a warm shutdown."""
+    from celery.worker import state
+
+    monkeypatch.setattr(state, "should_stop", 0)
+    assert _waits(tmp_path, monkeypatch, timeout=2.0) == [file_broker.SHUTDOWN_CHECK_S]
+
+
+def test_any_other_caller_waits_as_long_as_it_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler's wait between passes is its poll interval, not one slice."""
+    asked = _waits(tmp_path, monkeypatch, timeout=0.6)
+    assert len(asked) >= 2
+    assert max(asked) <= file_broker.SHUTDOWN_CHECK_S
+    assert sum(asked) == pytest.approx(0.6, abs=0.1)
