@@ -291,6 +291,8 @@ class Session:
             fsdp_times=prepared.fsdp_times(),
         )
         self._end_step()
+        if self.writer is not None:
+            self.writer.flush_if_due()
         self.checkpoints.poll()
         prepared.report_allreduce_switch()
         if self._save_owed and finite and self.state is not None:

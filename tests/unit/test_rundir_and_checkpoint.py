@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
-from ampfleet.workers import stored_checkpoints
+from ampfleet.workers import rundir, stored_checkpoints
 from ampfleet.workers.ingest import AttemptFeed
 from ampfleet.workers.rundir import RecordReader, RecordWriter, RunDir
 from ampfleet.workers.training import checkpoint
@@ -163,3 +164,19 @@ def test_pickled_objects_are_refused(tmp_path: Path) -> None:
     torch.save({"torch": torch.get_rng_state(), "evil": Evil()}, checkpoint.rng_path(tmp_path, 0))
     with pytest.raises(Exception, match=r"[Ww]eights only"):
         checkpoint.restore_rng(tmp_path, 0)
+
+
+def test_writer_flushes_between_steps_what_waited_its_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last record of a logging interval has no later write to carry it out."""
+    path = tmp_path / "events.jsonl"
+    writer = RecordWriter(path, flush_s=60)
+    writer.write("metrics", step=1, values={"val_accuracy": 0.5})
+    writer.flush_if_due()
+    assert RecordReader(path).read_new() == []  # not due yet
+    later = time.monotonic() + 61
+    monkeypatch.setattr(rundir.time, "monotonic", lambda: later)
+    writer.flush_if_due()
+    assert [r["step"] for r in RecordReader(path).read_new()] == [1]
+    writer.close()

@@ -345,7 +345,9 @@ class Trainer:
             and self.step % cfg.eval_every_steps == 0
             and (self.total_steps is None or self.step < self.total_steps)
         ):
-            self._record("metrics", step=self.step, values=self.evaluate())
+            # At once: an evaluation is what early stopping acts on (a sweep's pruner, a
+            # metric goal), and a rank that goes on training meanwhile wastes its slot.
+            self._record_now("metrics", step=self.step, values=self.evaluate())
         if cfg.checkpoint_every_steps and self.step % cfg.checkpoint_every_steps == 0:
             self.checkpoint_owed = True
         # Never checkpoint inside a streak of skipped steps: such a checkpoint holds no
@@ -353,6 +355,8 @@ class Trainer:
         if self.checkpoint_owed and self.prepared.nonfinite_streak == 0:
             self._save()
             self.checkpoint_owed = False
+        if self.writer is not None:
+            self.writer.flush_if_due()
 
     def _stop_agreed(self) -> tuple[bool, bool]:
         """(preempted, time up). Ranks get the stop signal, and read their clocks, at
@@ -482,3 +486,9 @@ class Trainer:
             self.writer.write(kind, **fields)
             if kind not in ("metrics", "progress", "usage"):
                 self.writer.flush()
+
+    def _record_now(self, kind: str, **fields: Any) -> None:
+        """A record that leaves at once, whatever its kind."""
+        if self.writer is not None:
+            self.writer.write(kind, **fields)
+            self.writer.flush()
