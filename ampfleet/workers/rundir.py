@@ -144,12 +144,12 @@ def _files_in(root: Path, relative: str | None = None) -> list[str]:
 
 
 class RecordWriter:
-    """Rank 0 appends JSON lines, buffered and flushed at most every `flush_s` seconds (at
-    least that often while the loop calls `flush_if_due` between steps).
+    """Rank 0 appends JSON lines, buffered: they are flushed once `flush_s` has passed since
+    the last flush, by the next write or by the loop's `flush_if_due` between steps.
 
-        `sync` makes every record written so far durable (flushed and fsynced): the loop calls
-        it before it publishes a checkpoint, so no resume point ever covers a step whose records
-        could still be lost with the process or the host.
+    `sync` makes every record written so far durable (flushed and fsynced): the loop calls
+    it before it publishes a checkpoint, so no resume point ever covers a step whose records
+    could still be lost with the process or the host.
     """
 
     def __init__(self, path: Path, flush_s: float) -> None:
@@ -160,8 +160,7 @@ class RecordWriter:
 
     def write(self, kind: str, **fields: Any) -> None:
         self._buffer.append(json.dumps({"kind": kind, "time": time.time(), **fields}))
-        if time.monotonic() - self._last_flush >= self._flush_s:
-            self.flush()
+        self.flush_if_due()
 
     def flush_if_due(self) -> None:
         """Flushes what waited `flush_s` or more: called between steps, so that a record no

@@ -489,6 +489,6 @@ class Trainer:
 
     def _record_now(self, kind: str, **fields: Any) -> None:
         """A record that leaves at once, whatever its kind."""
+        self._record(kind, **fields)
         if self.writer is not None:
-            self.writer.write(kind, **fields)
             self.writer.flush()
