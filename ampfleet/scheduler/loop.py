@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 ADVISORY_LOCK_KEY = 0x616D70666C656574  # "ampfleet": one placing scheduler at a time
+STOP_CHECK_S = 0.25
+"""The longest one wait on the broker lasts, so a stop is seen that soon."""
 
 
 class Scheduler:
@@ -114,11 +117,24 @@ class Scheduler:
         with connection.Consumer([WAKE_SCHEDULER_QUEUE], callbacks=[on_wake], accept=["json"]):
             while not self._stop.is_set():
                 self._safe_pass()
-                try:
-                    connection.drain_events(timeout=self.settings.scheduler_poll_s)
-                except TimeoutError:  # socket.timeout is TimeoutError
-                    continue
-                _drain_without_waiting(connection)
+                if self._woken(connection):
+                    _drain_without_waiting(connection)
+
+    def _woken(self, connection: Connection) -> bool:
+        """Waits up to `scheduler_poll_s` for a wake-up; whether one came. In slices: a
+        signal does not end a wait on the broker's socket (Python resumes it), so a single
+        wait would hold a stop for a whole poll interval."""
+        deadline = time.monotonic() + self.settings.scheduler_poll_s
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                connection.drain_events(timeout=min(left, STOP_CHECK_S))
+                return True
+            except TimeoutError:  # socket.timeout is TimeoutError
+                continue
+        return False
 
     def _safe_pass(self) -> None:
         try:

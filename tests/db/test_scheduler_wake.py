@@ -39,6 +39,18 @@ def test_a_wake_up_starts_a_pass_before_the_poll_would(backend: str) -> None:
             assert scheduler.passes.acquire(timeout=PASS_TIMEOUT_S), "the wake-up was lost"
         finally:
             scheduler.stop()
-            wake_scheduler()  # the loop waits on the broker: this lets it see the stop
             loop.join(timeout=PASS_TIMEOUT_S)
         assert not loop.is_alive()
+
+
+def test_a_stop_ends_the_wait_for_a_wake_up(backend: str) -> None:
+    """A scheduler asked to stop (SIGTERM, in the process) while it waits on the broker stops
+    then, not at the end of its poll interval: an hour here."""
+    with environment({"AMPFLEET_SCHEDULER_POLL_S": POLL_S}):
+        scheduler = CountedScheduler()
+        loop = threading.Thread(target=scheduler.run_forever, daemon=True)
+        loop.start()
+        assert scheduler.passes.acquire(timeout=PASS_TIMEOUT_S)  # waiting after its first pass
+        scheduler.stop()
+        loop.join(timeout=PASS_TIMEOUT_S)
+        assert not loop.is_alive(), "the stop waited for the poll interval"
