@@ -22,6 +22,7 @@ from ampfleet.core.models import Job, LogLine, Metric, Profile, utcnow
 from ampfleet.core.settings import Settings, get_settings
 from ampfleet.core.states import JobState
 from ampfleet.workers import start_phases
+from ampfleet.workers.pruning_wake import wake_on_pruning_point
 from ampfleet.workers.records import SCRIPT_OWNED, Rejected
 from ampfleet.workers.rundir import ForwardedOffsets, LineTail, RecordReader, RunDir
 from ampfleet.workers.series import Point, Points, delete_after, not_stored
@@ -267,6 +268,7 @@ def store_points(
     rows = [(job.id, attempt, step, name, value, now) for step, name, value in points[:kept]]
     insert_rows(session, Metric.__table__, METRIC_COLUMNS, rows)  # type: ignore[arg-type]
     counters.add(session, counters.METRIC_POINTS_INGESTED, len(rows), shard=settings.node_name)
+    wake_on_pruning_point(session, job, (name for _, name, _ in points[:kept]))
     webhooks.metrics_landed(
         session,
         project=job.project,
