@@ -17,16 +17,24 @@ TEST_WORKERS ?= 2
 .PHONY: install install-dev run test test-all lint format bench clean ui-deps metrics-deps \
 	sandbox-deps services-deps slurm-deps sdk
 
-$(RUN_STAMP): pyproject.toml
+define venv_with_torch
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+endef
+
+$(RUN_STAMP): pyproject.toml
+	$(venv_with_torch)
 	$(BIN)/python -m pip install -q -e ".[all]"
 	touch $@
 
-$(TEST_STAMP): $(RUN_STAMP)
+# Testing installs running's extras and the dev tools in one resolver pass (a clean clone's
+# `make test` would otherwise resolve and build the package twice), and so counts as installed
+# for running too.
+$(TEST_STAMP): pyproject.toml
+	$(venv_with_torch)
 	$(BIN)/python -m pip install -q -e ".[all,dev,plot]"
-	touch $@
+	touch $@ $(RUN_STAMP)
 
 install: $(RUN_STAMP)
 

@@ -1,7 +1,8 @@
 """The two commands install what each needs: `make run` the platform (torch first, then
-`.[all]`) and no dev tool, `make test` the dev extras on top and the Debian packages the tests
-use; each package target does nothing where its packages are there. Read from `make -n`
-(what make would run) on a virtualenv path that does not exist, so nothing is installed."""
+`.[all]`) and no dev tool, `make test` torch, then `.[all]` with the dev extras in one pass,
+and the Debian packages the tests use; each package target does nothing where its packages
+are there. Read from `make -n` (what make would run) on a virtualenv path that does not
+exist, so nothing is installed."""
 
 from __future__ import annotations
 
@@ -42,7 +43,9 @@ def test_make_run_installs_the_platform_and_no_dev_tool(tmp_path: Path) -> None:
 
 def test_make_test_adds_the_dev_extras_and_the_packages_the_tests_use(tmp_path: Path) -> None:
     plan = planned("test", tmp_path)
-    assert plan.index('-e ".[all]"') < plan.index('-e ".[all,dev,plot]"')
+    # Torch first, then the platform's extras with the dev tools in one pass.
+    assert plan.index('install -q "torch==') < plan.index('install -q -e ".[all,dev,plot]"')
+    assert '-e ".[all]"' not in plan
     for package in (
         "postgresql",
         "redis-server",
