@@ -10,7 +10,7 @@ from tests.support.fleet import FLEET_CONFIGURATIONS, Fleet, FleetFactory
 
 pytestmark = pytest.mark.e2e
 
-STEPS = 600
+STEPS = 300
 
 
 @pytest.fixture(params=FLEET_CONFIGURATIONS)
