@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from time import monotonic
 from typing import Any
 
@@ -22,8 +23,7 @@ from kombu.transport import filesystem
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
 
-SHUTDOWN_CHECK_S = 0.25
-"""The longest one wait for messages lasts, so a worker's loop sees a shutdown that soon."""
+from ampfleet.core.broker_wait import drain_in_slices
 
 PARTIAL_SUFFIX = ".part"
 """A consumer takes `<time>_<uuid>.<queue>.msg` only; this suffix hides a file being written."""
@@ -50,20 +50,10 @@ class Transport(filesystem.Transport):
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:  # type: ignore[override]
         # Celery's loop for a transport without an event loop waits 2 s here per cycle and
         # sees a warm shutdown only between cycles: a stopping worker sat up to 2 s more on
-        # this broker than on Redis. The wait is taken in short slices, and a worker asked
-        # to stop ends it early; any other caller waits as long as it asked.
-        deadline = None if timeout is None else monotonic() + timeout
-        while True:
-            left = SHUTDOWN_CHECK_S if deadline is None else deadline - monotonic()
-            if left <= 0:
-                raise TimeoutError()
-            try:
-                wait = min(left, SHUTDOWN_CHECK_S)
-                super().drain_events(connection, timeout=wait)  # type: ignore[no-untyped-call]
-                return
-            except TimeoutError:
-                if _worker_stopping():
-                    raise
+        # this broker than on Redis. A worker asked to stop ends the wait early; any other
+        # caller waits as long as it asked.
+        kombus: Callable[..., None] = super().drain_events
+        drain_in_slices(lambda s: kombus(connection, timeout=s), timeout, _worker_stopping)
 
 
 def _worker_stopping() -> bool:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -30,6 +29,7 @@ from kombu.message import Message
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from ampfleet.core.broker_wait import drain_in_slices
 from ampfleet.core.celery_config import WAKE_SCHEDULER_QUEUE
 from ampfleet.core.db import database_unavailable, is_postgres, session_scope
 from ampfleet.core.messaging import get_celery, relay_outbox
@@ -45,8 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 ADVISORY_LOCK_KEY = 0x616D70666C656574  # "ampfleet": one placing scheduler at a time
-STOP_CHECK_S = 0.25
-"""The longest one wait on the broker lasts, so a stop is seen that soon."""
 
 
 class Scheduler:
@@ -121,20 +119,16 @@ class Scheduler:
                     _drain_without_waiting(connection)
 
     def _woken(self, connection: Connection) -> bool:
-        """Waits up to `scheduler_poll_s` for a wake-up; whether one came. In slices: a
-        signal does not end a wait on the broker's socket (Python resumes it), so a single
-        wait would hold a stop for a whole poll interval."""
-        deadline = time.monotonic() + self.settings.scheduler_poll_s
-        while not self._stop.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            try:
-                connection.drain_events(timeout=min(left, STOP_CHECK_S))
-                return True
-            except TimeoutError:  # socket.timeout is TimeoutError
-                continue
-        return False
+        """Waits up to `scheduler_poll_s` for a wake-up; whether one came."""
+        try:
+            drain_in_slices(
+                lambda seconds: connection.drain_events(timeout=seconds),
+                self.settings.scheduler_poll_s,
+                self._stop.is_set,
+            )
+        except TimeoutError:
+            return False
+        return True
 
     def _safe_pass(self) -> None:
         try:

@@ -14,6 +14,7 @@ from kombu.transport import filesystem
 from kombu.utils.json import dumps
 
 from ampfleet.core import file_broker
+from ampfleet.core.broker_wait import STOP_CHECK_S
 from ampfleet.core.celery_config import make_celery
 from ampfleet.core.settings import Settings
 
@@ -97,7 +98,7 @@ def test_a_worker_asked_to_stop_stops_waiting(
     from celery.worker import state
 
     monkeypatch.setattr(state, "should_stop", 0)
-    assert _waits(tmp_path, monkeypatch, timeout=2.0) == [file_broker.SHUTDOWN_CHECK_S]
+    assert _waits(tmp_path, monkeypatch, timeout=2.0) == [STOP_CHECK_S]
 
 
 def test_any_other_caller_waits_as_long_as_it_asked(
@@ -106,5 +107,5 @@ def test_any_other_caller_waits_as_long_as_it_asked(
     """The scheduler's wait between passes is its poll interval, not one slice."""
     asked = _waits(tmp_path, monkeypatch, timeout=0.6)
     assert len(asked) >= 2
-    assert max(asked) <= file_broker.SHUTDOWN_CHECK_S
+    assert max(asked) <= STOP_CHECK_S
     assert sum(asked) == pytest.approx(0.6, abs=0.1)
