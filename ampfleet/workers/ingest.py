@@ -268,7 +268,7 @@ def store_points(
     rows = [(job.id, attempt, step, name, value, now) for step, name, value in points[:kept]]
     insert_rows(session, Metric.__table__, METRIC_COLUMNS, rows)  # type: ignore[arg-type]
     counters.add(session, counters.METRIC_POINTS_INGESTED, len(rows), shard=settings.node_name)
-    wake_on_pruning_point(session, job, (name for _, name, _ in points[:kept]))
+    wake_on_pruning_point(session, job, {name for _, name, _ in points[:kept]})
     webhooks.metrics_landed(
         session,
         project=job.project,
