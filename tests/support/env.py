@@ -86,8 +86,10 @@ def empty_tables() -> None:
     recent_node_shapes.clear()
     engine = db.get_engine()
     with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
-        else:
-            for table in TABLES:
-                conn.execute(text(f"DELETE FROM {table}"))
+        # DELETE, not TRUNCATE: a test leaves a few rows, and PostgreSQL's TRUNCATE gives each
+        # table and index a new file, 90 ms a call against 4 ms, twice for each of the
+        # suite's ~550 PostgreSQL tests.
+        for table in TABLES:
+            conn.execute(text(f"DELETE FROM {table}"))
+        if engine.dialect.name == "postgresql":  # ids from 1 again, as RESTART IDENTITY did
+            conn.execute(text("SELECT setval(oid, 1, false) FROM pg_class WHERE relkind = 'S'"))
