@@ -32,6 +32,7 @@ OPEN_AND_CLOSE_ON_END = """([url, waitMs]) => new Promise((resolve) => {
   setTimeout(() => finish("timeout"), waitMs);
 })"""
 WAIT_MS = 20_000
+HTTP_TIMEOUT_S = 30  # not httpx's 5 s: on a loaded machine a submit once took longer
 
 
 @pytest.fixture
@@ -57,7 +58,10 @@ def test_a_browser_streams_events_with_a_stream_token_and_closes_on_end(
 ) -> None:
     key = make_key()
     auth = {"Authorization": f"Bearer {key}"}
-    with serving(app) as base_url, httpx.Client(base_url=base_url, headers=auth) as api:
+    with (
+        serving(app) as base_url,
+        httpx.Client(base_url=base_url, headers=auth, timeout=HTTP_TIMEOUT_S) as api,
+    ):
         job = api.post("/v1/jobs", json=job_spec()).json()["id"]
         other = api.post("/v1/jobs", json=job_spec()).json()["id"]
         assert api.post(f"/v1/jobs/{job}/cancel").status_code == 202  # not placed: ends now
@@ -65,7 +69,7 @@ def test_a_browser_streams_events_with_a_stream_token_and_closes_on_end(
         assert issued.status_code == 200, issued.text
         token = issued.json()["token"]
 
-        with httpx.Client(base_url=base_url) as anonymous:
+        with httpx.Client(base_url=base_url, timeout=HTTP_TIMEOUT_S) as anonymous:
             stream = {"Accept": "text/event-stream"}
             elsewhere = [
                 f"/v1/jobs/{other}/events?token={token}",  # another job's stream
