@@ -156,7 +156,7 @@ def run_ours(
         logs_dir=str(run_dir.logs_dir), rank_entry=SCRIPT_RANK,
     )  # fmt: skip
     command = launch_command(args, memory_limit_mb=MEMORY_PER_RANK_MB)
-    env = rank_environment(os.environ, procs_per_node=2, node_address="127.0.0.1")
+    env = rank_environment(os.environ, ranks_at_once=2, node_address="127.0.0.1")
     contained = None
     if contain:
         writable = [run_dir.path, checkpoints]

@@ -69,6 +69,8 @@ class AttemptLauncher:
         self.slot_memory_mb = slot_memory_mb or rank_memory_limit_mb
         self.uids = UidPool(settings.sandbox_first_uid, settings.sandbox_uid_count)
         self.gpus = GpuPool(gpus) if gpus else None
+        self.slots = gpus or settings.node_cpu_slots
+        """The most ranks this node runs at once, as the scheduler places them."""
         self.rank_memory_limit_mb = rank_memory_limit_mb
         self.nvml = Nvml.open()
         self.warm = WarmPool(settings.data_dir.resolve() / "warm-launcher.log")
@@ -103,7 +105,7 @@ class AttemptLauncher:
         self, request: LaunchRequest, launcher_log: IO[bytes], gpus: tuple[int, ...] | None
     ) -> RunningAttempt:
         env = {
-            **self.rank_environment(request.procs_per_node),
+            **self.rank_environment(),
             **(_visible(gpus) if gpus else {}),
         }
         launched_at = time.time()
@@ -256,12 +258,13 @@ class AttemptLauncher:
             args, memory_limit_mb=self.rank_memory_limit_mb, python=request.python
         )
 
-    def rank_environment(self, procs_per_node: int) -> dict[str, str]:
+    def rank_environment(self) -> dict[str, str]:
         """What a launcher and its ranks get from this worker; outside a sandbox the
-        launcher can check that its parent is this process."""
+        launcher can check that its parent is this process. Its ranks share the node's
+        cores with those of every other attempt its slots can hold."""
         return {
             **rank_environment(
-                os.environ, procs_per_node=procs_per_node, node_address=self.settings.node_address
+                os.environ, ranks_at_once=self.slots, node_address=self.settings.node_address
             ),
             PARENT_PID_VARIABLE: str(os.getpid()),
         }
@@ -272,9 +275,9 @@ class AttemptLauncher:
         (`starting`: their imports would compete with its)."""
         if self.settings.rank_launcher != "warm" or starting:
             return
-        self.warm.fill(self.rank_environment(procs_per_node=1))
+        self.warm.fill(self.rank_environment())
         if self._keeps_warm_sandbox():
-            env = self.rank_environment(procs_per_node=1)
+            env = self.rank_environment()
             del env[PARENT_PID_VARIABLE]
             self.sandboxes.fill(env)
 

@@ -58,12 +58,23 @@ RANK_ENVIRONMENT_PREFIXES = (
 allocator."""
 
 
+def threads_per_rank(ranks_at_once: int) -> int:
+    """A rank's share of the cores this process may run on, among the most ranks the node
+    runs at once (its slots): not among one job's ranks. Two one-rank jobs on a two-slot
+    node with two threads each put four spinning OpenMP threads on two cores, and each step
+    took ten times as long as alone (BENCHMARKS.md "Threads per rank")."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(1, ranks_at_once))
+
+
 def rank_environment(
-    worker: Mapping[str, str], *, procs_per_node: int, node_address: str | None = None
+    worker: Mapping[str, str], *, ranks_at_once: int, node_address: str | None = None
 ) -> dict[str, str]:
     """The environment of torchrun and its ranks: the allow-listed part of the worker's, and
     no AMPFLEET_* setting (a rank reads everything it needs from its run folder). With the
-    node's address, the collectives talk on its interface unless the operator chose one."""
+    node's address, the collectives talk on its interface unless the operator chose one.
+    `ranks_at_once`: the most ranks that share this node's cores (`threads_per_rank`), unless
+    the operator set OMP_NUM_THREADS on the worker."""
     env = {
         name: value
         for name, value in worker.items()
@@ -71,8 +82,7 @@ def rank_environment(
     }
     if node_address is not None:
         env.update(socket_interface_environment(node_address, worker))
-    # Share this node's cores between its ranks instead of oversubscribing them.
-    env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // procs_per_node))
+    env.setdefault("OMP_NUM_THREADS", str(threads_per_rank(ranks_at_once)))
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

@@ -114,7 +114,7 @@ def run(run_dir: RunDir, procs: int, on_line: Callable[[str], None]) -> LocalOut
             rank_entry=SCRIPT_RANK if code.get("command") else RECIPE_RANK,
         ),
     ]
-    environment = {**rank_environment(os.environ, procs_per_node=procs)}
+    environment = {**rank_environment(os.environ, ranks_at_once=procs)}
     launcher_log = (run_dir.path / "launcher.log").open("ab")
     with launcher_log:
         process = subprocess.Popen(

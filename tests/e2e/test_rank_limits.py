@@ -1,25 +1,26 @@
-"""What a rank of a real job sees: an allow-listed environment without any platform
-credential, and a memory limit of its slot's share, whose breach the job reports as an
-out-of-memory failure. Admission sizes jobs against the memory the node registered, and the
-API process that served all of it never loaded torch."""
+"""What a rank of a real job sees: an allow-listed environment without any platform credential,
+its slot's share of the node's cores as its threads, and a memory limit of its slot's share,
+whose breach the job reports as an out-of-memory failure. Admission sizes jobs against the
+memory the node registered, and the API process that served all of it never loaded torch."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tests.support.fleet import Fleet, FleetFactory
-from tests.support.probe_recipe import ENV_LINE_PREFIX, install_probe
+from tests.support.probe_recipe import ENV_LINE_PREFIX, THREADS_LINE_PREFIX, install_probe
 
 NODE_MEMORY_MB = 3000  # two slots: each rank may use 1,500 MB
 
 
-def _rank_environment(fleet: Fleet, job_id: str) -> dict[str, str]:
+def _rank_lines(fleet: Fleet, job_id: str, prefix: str) -> list[str]:
     lines = fleet.http.get(f"/v1/jobs/{job_id}/logs", params={"limit": 1000}).json()["items"]
-    pairs = [
-        line["line"].removeprefix(ENV_LINE_PREFIX).partition("=")
-        for line in lines
-        if line["line"].startswith(ENV_LINE_PREFIX)
-    ]
+    return [line["line"].removeprefix(prefix) for line in lines if line["line"].startswith(prefix)]
+
+
+def _rank_environment(fleet: Fleet, job_id: str) -> dict[str, str]:
+    pairs = [line.partition("=") for line in _rank_lines(fleet, job_id, ENV_LINE_PREFIX)]
     return {name: value for name, _, value in pairs}
 
 
@@ -44,6 +45,11 @@ def test_ranks_get_no_credential_and_only_their_memory_share(
     fleet.wait_for_state(job["id"], {"SUCCEEDED"})
     seen = _rank_environment(fleet, job["id"])
     assert {"PATH", "PYTHONPATH", "OMP_NUM_THREADS", "RANK", "WORLD_SIZE"} <= set(seen)
+    # One rank, and the node has two slots: another job's rank may run beside it, so it
+    # computes on half the cores, not all of them (oversubscribed, each ran 10x slower).
+    share = str(max(1, len(os.sched_getaffinity(0)) // 2))
+    assert seen["OMP_NUM_THREADS"] == share
+    assert _rank_lines(fleet, job["id"], THREADS_LINE_PREFIX) == [share]
     assert [name for name in seen if name.startswith("AMPFLEET_")] == []
     credentials = [fleet.env[f"AMPFLEET_{name}"] for name in ("SECRET_KEY", "DATABASE_URL")]
     assert [v for v in seen.values() if any(c in v for c in credentials)] == []

@@ -126,7 +126,7 @@ def test_ranks_talk_on_the_interface_of_the_node_address_unless_the_operator_cho
     with network_bed(1) as bed:
         script = (
             "import json, os, sys\nfrom ampfleet.workers.launch import rank_environment\n"
-            "env = rank_environment(json.loads(sys.argv[2]), procs_per_node=1, "
+            "env = rank_environment(json.loads(sys.argv[2]), ranks_at_once=1, "
             "node_address=sys.argv[1])\n"
             "print(env.get('GLOO_SOCKET_IFNAME'), env.get('NCCL_SOCKET_IFNAME'))"
         )
@@ -137,4 +137,4 @@ def test_ranks_talk_on_the_interface_of_the_node_address_unless_the_operator_cho
     assert chosen.split() == ["eth0", "eth0"]
     assert operator.split() == ["eth0", "ib0"]
     # Without a node address the environment is what it was.
-    assert "GLOO_SOCKET_IFNAME" not in rank_environment({}, procs_per_node=1)
+    assert "GLOO_SOCKET_IFNAME" not in rank_environment({}, ranks_at_once=1)

@@ -1,11 +1,11 @@
 """`probe`: a test recipe that reports what its rank sees, installed as a real entry point.
 
-Its build prints every environment variable of the rank to stdout (the job's logs), then
-allocates `allocate_mb` at once (to reach the rank's memory limit), then trains a tiny
-linear model, sleeping `sleep_per_step_s` in each loss (an idle job). The definition
-imports no torch, like every recipe's; `install_probe` writes the distribution metadata
-that makes `ampfleet.recipes` list it for processes whose PYTHONPATH holds the folder and
-the repository.
+Its build prints every environment variable of the rank to stdout (the job's logs) and the
+threads torch computes with, then allocates `allocate_mb` at once (to reach the rank's
+memory limit), then trains a tiny linear model, sleeping `sleep_per_step_s` in each loss (an
+idle job). The definition imports no torch, like every recipe's; `install_probe` writes the
+distribution metadata that makes `ampfleet.recipes` list it for processes whose PYTHONPATH
+holds the folder and the repository.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ampfleet.core.recipes import ENTRY_POINT_GROUP, RecipeDefinition
 
 ENV_LINE_PREFIX = "probe-env "
+THREADS_LINE_PREFIX = "probe-torch-threads "
 REPOSITORY = Path(__file__).resolve().parents[2]
 
 
@@ -39,6 +40,7 @@ def build(hp: ProbeHyperparameters, _ctx: Any) -> Any:
 
     for name, value in sorted(os.environ.items()):
         print(f"{ENV_LINE_PREFIX}{name}={value}")
+    print(f"{THREADS_LINE_PREFIX}{torch.get_num_threads()}")
     if hp.allocate_mb:
         torch.ones(hp.allocate_mb << 20, dtype=torch.uint8)
     generator = torch.Generator().manual_seed(0)

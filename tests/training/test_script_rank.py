@@ -162,7 +162,7 @@ def launch_attempt(root: Path, attempt: int) -> tuple[subprocess.Popen[bytes], R
         logs_dir=str(run_dir.logs_dir),
         rank_entry=SCRIPT_RANK,
     )
-    env = {**rank_environment(os.environ, procs_per_node=1), "TRAINING_PARENT_PID": ""}
+    env = {**rank_environment(os.environ, ranks_at_once=1), "TRAINING_PARENT_PID": ""}
     process = subprocess.Popen(
         launch_command(args, memory_limit_mb=None),
         env=env,
