@@ -16,7 +16,8 @@ from tests.support.fleet import Fleet, fleet_cli
 
 pytestmark = pytest.mark.e2e
 
-STEPS, EVAL_EVERY = 120, 20
+STEPS, EVAL_EVERY = 240, 20
+"""Rungs at 20, 40, 80 and 160 steps: one pruned at the first has most of its steps left."""
 DEFAULT_LR = 3e-3  # the digits recipe's default learning rate
 
 
@@ -92,12 +93,13 @@ def test_an_asha_sweep_over_learning_rate_and_precision(fleet: Fleet) -> None:
         events = fleet.events(trial["job_id"])
         assert any(e["reason"] == "pruned" for e in events)
         # The sweep may end while a pruned trial's ranks are still stopping; and a trial
-        # pruned at its last evaluation may finish its last step before the cancel lands.
+        # pruned at its last evaluation may finish its last step before the cancel lands
+        # (and end CANCELLED at it, where the cancel came while the ranks were finishing).
         job = fleet.wait_for_state(trial["job_id"], {"CANCELLED", "SUCCEEDED"}, timeout=120)
-        if job["state"] == "CANCELLED":
-            assert job["progress"]["step"] < STEPS
+        assert job["progress"]["step"] <= STEPS
+        if job["state"] == "CANCELLED" and job["progress"]["step"] < STEPS:
             stopped_early += 1
-        else:
+        elif job["state"] == "SUCCEEDED":
             assert job["progress"]["step"] == STEPS
     assert stopped_early, "ASHA stopped no trial before its end"
 
