@@ -62,7 +62,7 @@ def threads_per_rank(ranks_at_once: int) -> int:
     """A rank's share of the cores this process may run on, among the most ranks the node
     runs at once (its slots): not among one job's ranks. Two one-rank jobs on a two-slot
     node with two threads each put four spinning OpenMP threads on two cores, and each step
-    took ten times as long as alone (BENCHMARKS.md "Threads per rank")."""
+    took about seven times as long (BENCHMARKS.md "Threads per rank")."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, (cores or 1) // max(1, ranks_at_once))
 

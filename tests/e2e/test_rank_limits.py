@@ -46,7 +46,7 @@ def test_ranks_get_no_credential_and_only_their_memory_share(
     seen = _rank_environment(fleet, job["id"])
     assert {"PATH", "PYTHONPATH", "OMP_NUM_THREADS", "RANK", "WORLD_SIZE"} <= set(seen)
     # One rank, and the node has two slots: another job's rank may run beside it, so it
-    # computes on half the cores, not all of them (oversubscribed, each ran 10x slower).
+    # computes on half the cores, not all of them (oversubscribed, each ran ~7x slower).
     share = str(max(1, len(os.sched_getaffinity(0)) // 2))
     assert seen["OMP_NUM_THREADS"] == share
     assert _rank_lines(fleet, job["id"], THREADS_LINE_PREFIX) == [share]
