@@ -19,7 +19,13 @@ from typing import Any
 import httpx
 import psutil
 import redis
+from sqlalchemy.orm import sessionmaker
 
+from ampfleet.core.db import make_engine, unit_of_work
+from ampfleet.core.keys import create_key
+from ampfleet.core.migrate import upgrade
+from ampfleet.core.private_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
+from ampfleet.core.roles import Role
 from tests.support.env import fresh_postgres_database
 from tests.support.ports import free_port
 from tests.support.services import services
@@ -117,21 +123,7 @@ class Fleet:
 
     def start(self) -> Fleet:
         self.root.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [sys.executable, "-m", "ampfleet.cli", "migrate"],
-            env=self.env,
-            check=True,
-            capture_output=True,
-            cwd=self.root,
-        )
-        self.admin_key = subprocess.run(
-            [sys.executable, "-m", "ampfleet.cli", "bootstrap-key"],
-            env=self.env,
-            check=True,
-            capture_output=True,
-            text=True,
-            cwd=self.root,
-        ).stdout.strip()
+        self.admin_key = migrated_with_admin_key(self.env)
         self.http.headers["Authorization"] = f"Bearer {self.admin_key}"
         self.start_api()
         for index in range(self.schedulers):
@@ -209,6 +201,35 @@ class Fleet:
 
     def events(self, job_id: str) -> list[dict[str, Any]]:
         return list(self.http.get(f"/v1/jobs/{job_id}/events").json()["items"])
+
+
+def migrated_with_admin_key(env: dict[str, str]) -> str:
+    """What `ampfleet migrate` then `ampfleet bootstrap-key` do for a fleet of `env`, done in
+    this process: each command, run as a process, spent nearly all of its second of CPU
+    importing what this process has imported already (`python -m bench.fleet_cost`), and
+    every fleet ran both. The commands themselves have tests of their own
+    (tests/cli/test_cli_imports.py, tests/db)."""
+    url = env["AMPFLEET_DATABASE_URL"]
+    if not url:  # the embedded default: SQLite in the data dir, private as the server makes it
+        data_dir = Path(env["AMPFLEET_DATA_DIR"]).resolve()
+        data_dir.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        database = data_dir / "ampfleet.db"
+        os.close(os.open(database, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE_MODE))
+        url = f"sqlite:///{database}"
+    upgrade(url)
+    engine = make_engine(url)
+    try:
+        with unit_of_work(sessionmaker(engine, expire_on_commit=False)) as session:
+            _, key = create_key(
+                session,
+                project="default",
+                role=Role.ADMIN,
+                name="bootstrap",
+                pepper=env["AMPFLEET_SECRET_KEY"],
+            )
+    finally:
+        engine.dispose()
+    return key
 
 
 FleetFactory = Callable[..., Fleet]  # the make_fleet fixture (tests/conftest.py)

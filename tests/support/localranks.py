@@ -6,17 +6,19 @@ without the platform around them; jobs themselves are launched by torchrun (work
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import tempfile
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
+from multiprocessing import reduction
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.multiprocessing import spawn  # type: ignore[attr-defined]
+from torch.multiprocessing import start_processes  # type: ignore[attr-defined]
 
 from ampfleet.workers.training.group import leave_process_group
 
@@ -30,7 +32,42 @@ class RankFailedError(RuntimeError):
         self.failures = failures
 
 
-def _worker(  # spawn passes its arguments positionally
+START_METHODS = ("forkserver", "spawn")
+"""How ranks start: "forkserver" forks each from one server per test process that imported
+torch once (RANK_PRELOAD); "spawn" starts each as a new interpreter that imports torch and
+the test's module itself, 2-3 CPU-seconds a rank (`python -m bench.rank_start`)."""
+
+RANK_PRELOAD = [
+    "torch",
+    "torch.distributed",
+    "torch.distributed.checkpoint",
+    "torch.distributed.fsdp",
+    "torch.nn.parallel",
+    "tests.support.localranks",
+    "tests.support.training",
+]
+"""What the fork server imports before it forks a rank: the heavy imports of the tests'
+rank functions, so that a rank imports its test module's own lines only."""
+
+
+class CallersFd:
+    """One of the caller's file descriptors, for a rank: sent with the rank's arguments
+    (SCM_RIGHTS to the fork server, inherited by a spawned rank); a rank receives it as a
+    descriptor number of its own."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Callable[[Any], int], tuple[Any]]:
+        # Called while the rank's process is being started: DupFd needs that moment.
+        return _received_fd, (reduction.DupFd(self.fd),)
+
+
+def _received_fd(duplicate: Any) -> int:
+    return int(duplicate.detach())
+
+
+def _worker(  # start_processes passes its arguments positionally
     rank: int,
     world_size: int,
     init_file: str,
@@ -38,7 +75,18 @@ def _worker(  # spawn passes its arguments positionally
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     timeout_s: float,
+    environ: dict[str, str],
+    output: tuple[int, int],
 ) -> None:
+    # A rank forked from the server would write where the server's stdout and stderr went,
+    # and see the server's environment: those of the first call in the test process. It
+    # takes the caller's of now, as a spawned rank does (pytest's capture, a test's
+    # variables). Its folder and sys.path come with multiprocessing's preparation data.
+    for inherited, standard in zip(output, (1, 2), strict=True):
+        os.dup2(inherited, standard)
+        os.close(inherited)
+    os.environ.clear()
+    os.environ.update(environ)
     # A bounded timeout: a desynchronised collective fails instead of hanging.
     dist.init_process_group(
         "gloo",
@@ -82,15 +130,31 @@ def collect(out_dir: str, world_size: int) -> list[Any]:
 
 
 def run_ranks(
-    fn: Callable[..., Any], world_size: int = 2, *args: Any, timeout_s: float = 120.0
+    fn: Callable[..., Any],
+    world_size: int = 2,
+    *args: Any,
+    timeout_s: float = 120.0,
+    start_method: str = "forkserver",
 ) -> list[Any]:
     """`fn(rank, world_size, *args)` on each rank; returns the results in rank order."""
+    if start_method == "forkserver":  # takes effect when the server starts: the first call
+        multiprocessing.get_context("forkserver").set_forkserver_preload(RANK_PRELOAD)
     with tempfile.TemporaryDirectory() as tmp:
         init_file = str(Path(tmp) / "init")
-        spawn(
+        start_processes(
             _worker,
-            args=(world_size, init_file, tmp, fn, args, timeout_s),
+            args=(
+                world_size,
+                init_file,
+                tmp,
+                fn,
+                args,
+                timeout_s,
+                dict(os.environ),
+                (CallersFd(1), CallersFd(2)),
+            ),
             nprocs=world_size,
             join=True,
+            start_method=start_method,
         )
         return collect(tmp, world_size)
