@@ -91,10 +91,15 @@ metrics-deps:
 	command -v promtool >/dev/null || { apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }
 
+# mypy's incremental cache, kept per user as pip keeps its wheels, not in the checkout: a new
+# clone re-checks only the files whose content differs (a clean clone's mypy took 52 s cold,
+# 3 s on a cache another clone left). Entries are checked against each file's hash.
+MYPY_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ampfleet/mypy
+
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy ampfleet
+	$(BIN)/mypy --cache-dir "$(MYPY_CACHE)" ampfleet
 
 test: lint ui-deps metrics-deps sandbox-deps services-deps slurm-deps
 	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadscope --durations=25 \
