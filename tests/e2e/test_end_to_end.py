@@ -10,9 +10,11 @@ from sqlalchemy import create_engine, func, select
 from ampfleet.core.models import Metric
 from tests.support.factories import job_spec
 from tests.support.files import readable_by_others
-from tests.support.fleet import Fleet, rank_processes
+from tests.support.fleet import Fleet, fleet_per_module, rank_processes
 
 pytestmark = pytest.mark.e2e
+
+fleet = fleet_per_module()  # each test runs and reads jobs of its own
 
 
 def metric_rows(fleet: Fleet, job_id: str) -> int:

@@ -14,9 +14,11 @@ import pytest
 from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.sdk import Client
 from tests.support.factories import job_spec
-from tests.support.fleet import Fleet
+from tests.support.fleet import Fleet, fleet_per_module
 
 pytestmark = pytest.mark.e2e
+
+fleet = fleet_per_module()  # each test runs and reads jobs of its own
 
 LISTS_THE_INIT_DIR = b"""
 import os, pathlib

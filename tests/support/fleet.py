@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import psutil
+import pytest
 import redis
 from sqlalchemy.orm import sessionmaker
 
@@ -302,6 +303,22 @@ def running_fleet(
         yield fleet.start()
         # No test of a fleet may see a 500: faults answer 503 with Retry-After, or nothing.
         assert fleet.server_errors == [], fleet.tally()
+
+
+def fleet_per_module() -> Any:
+    """`fleet = fleet_per_module()` in a test module: its tests share one fleet per
+    configuration instead of starting one each (about 11 CPU-seconds to start and stop:
+    `python -m bench.fleet_cost`). For tests that each run jobs of their own and look at
+    those alone, never at the fleet's processes, its other jobs or its counters."""
+
+    @pytest.fixture(scope="module", params=FLEET_CONFIGURATIONS, name="fleet")
+    def shared(
+        request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[Fleet]:
+        with running_fleet(tmp_path_factory.mktemp("fleet"), request.param) as fleet:
+            yield fleet
+
+    return shared
 
 
 def placed_on(fleet: Fleet, job_id: str, attempt: int) -> list[str]:
