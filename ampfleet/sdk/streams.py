@@ -77,11 +77,16 @@ def resumable_stream(
 ) -> IterFlow[T]:
     """Yields `convert(event)` for every event until the `end` event. A broken connection,
     or one closed before `end`, is reopened from the last event id, after a pause that
-    doubles with each failure in a row; `max_reconnects` failures in a row give up."""
+    doubles with each failure in a row; `max_reconnects` failures in a row give up. A
+    stream that cannot be opened the first time raises at once, as every other call does:
+    there is nothing yet to resume, and a wrong address should say so now (it took 15.5 s
+    of pauses before)."""
     failures = 0
+    opened = False
     while True:
         try:
             yield from open_stream(last_event_id)
+            opened = True
             decoder = SseDecoder()
             while (line := (yield READ_LINE)) is not None:
                 event = decoder.feed(line)
@@ -97,6 +102,8 @@ def resumable_stream(
                     return
             problem = "the server closed the stream before its end"
         except ConnectionFailed as exc:
+            if not opened:
+                raise
             problem = str(exc)
         failures += 1
         if failures > max_reconnects:
