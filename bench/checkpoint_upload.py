@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ampfleet.workers.launch import threads_per_rank
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.recipes.gpt_bench import GPTBenchHyperparameters, build
 from ampfleet.workers.training.task import RecipeContext
@@ -47,7 +48,7 @@ def _steps(
 ) -> dict[str, list[float]]:
     from ampfleet.workers.rundir import RecordWriter
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    torch.set_num_threads(threads_per_rank(world_size))
     torch.manual_seed(0)
     device = torch.device("cpu")
     task = build(

@@ -8,7 +8,6 @@ Each half-precision run uses the matching half-precision AllReduce (our ring on 
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import torch
 
 from ampfleet.core.recipes import get_recipe
+from ampfleet.workers.launch import threads_per_rank
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.task import RecipeContext
 from tests.support.localranks import run_ranks
@@ -41,7 +41,7 @@ def _train(
     precision: str,
     steps: int,
 ) -> dict[str, float]:
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    torch.set_num_threads(threads_per_rank(world_size))
     torch.manual_seed(0)
     definition = get_recipe(recipe)
     task = definition.build(

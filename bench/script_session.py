@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 import ampfleet.train
+from ampfleet.workers.launch import threads_per_rank
 from ampfleet.workers.training.recipes.gpt_bench import GPTBenchHyperparameters, build
 from ampfleet.workers.training.task import RecipeContext
 from bench.step import _steps as builtin_steps
@@ -52,7 +53,7 @@ def _script(
     warmup: int,
 ) -> float:
     """Seconds per step of the script: `plain` (DDP, fp32) or `session` (as the job says)."""
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    torch.set_num_threads(threads_per_rank(world_size))
     torch.manual_seed(0)
     device = torch.device("cpu")
     task = build(

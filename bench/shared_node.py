@@ -13,11 +13,11 @@ median over both jobs' logged `step_time_s` of every round.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 from pathlib import Path
 
+from ampfleet.workers.launch import threads_per_rank
 from tests.support.factories import job_spec
 from tests.support.fleet import Fleet, running_fleet
 
@@ -49,7 +49,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    cores = len(os.sched_getaffinity(0))
+    cores = threads_per_rank(1)  # all the cores the worker may run on
     medians = {}
     for name, extra in (("all cores", {"OMP_NUM_THREADS": str(cores)}), ("slot share", {})):
         with (

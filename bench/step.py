@@ -17,7 +17,6 @@ Figures are medians over `--runs` interleaved rounds of `--steps` timed steps ea
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
@@ -27,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ampfleet.workers.launch import threads_per_rank
 from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.parallel import ParallelConfig
 from ampfleet.workers.training.recipes.gpt_bench import GPTBenchHyperparameters, build
@@ -76,7 +76,7 @@ def _steps(
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32
         torch.backends.cudnn.allow_tf32 = False
     else:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+        torch.set_num_threads(threads_per_rank(world_size))
     torch.manual_seed(0)
     task = build(
         GPTBenchHyperparameters(**model, eval_batches=1), RecipeContext(rank, world_size, device, 0)

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from ampfleet.core.settings import Settings
+from ampfleet.workers.launch import threads_per_rank
 from ampfleet.workers.rundir import RecordWriter
 from ampfleet.workers.telemetry import RankTelemetry
 from ampfleet.workers.training.loop import LoopConfig, Trainer
@@ -39,7 +40,7 @@ from tests.support.localranks import run_ranks
 def _steps(
     rank: int, world_size: int, watched: bool, steps: int, warmup: int, log_every: int
 ) -> float:
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    torch.set_num_threads(threads_per_rank(world_size))
     torch.manual_seed(0)
     device = torch.device("cpu")
     task = build(

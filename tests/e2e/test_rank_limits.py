@@ -5,9 +5,9 @@ memory the node registered, and the API process that served all of it never load
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from ampfleet.workers.launch import threads_per_rank
 from tests.support.fleet import Fleet, FleetFactory
 from tests.support.probe_recipe import ENV_LINE_PREFIX, THREADS_LINE_PREFIX, install_probe
 
@@ -47,7 +47,7 @@ def test_ranks_get_no_credential_and_only_their_memory_share(
     assert {"PATH", "PYTHONPATH", "OMP_NUM_THREADS", "RANK", "WORLD_SIZE"} <= set(seen)
     # One rank, and the node has two slots: another job's rank may run beside it, so it
     # computes on half the cores, not all of them (oversubscribed, each ran ~7x slower).
-    share = str(max(1, len(os.sched_getaffinity(0)) // 2))
+    share = str(threads_per_rank(2))
     assert seen["OMP_NUM_THREADS"] == share
     assert _rank_lines(fleet, job["id"], THREADS_LINE_PREFIX) == [share]
     assert [name for name in seen if name.startswith("AMPFLEET_")] == []

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing import start_processes  # type: ignore[attr-defined]
 
+from ampfleet.workers.launch import threads_per_rank
 from ampfleet.workers.training.group import leave_process_group
 
 
@@ -105,7 +106,7 @@ def run_as_rank(
     for `collect`; the group is left either way."""
     # Share the cores between the ranks: oversubscribed intra-op threads spin against
     # gloo's own threads and distort every timing.
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    torch.set_num_threads(threads_per_rank(world_size))
     try:
         result: Any = ("ok", fn(rank, world_size, *args))
     except Exception as exc:
