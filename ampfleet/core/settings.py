@@ -400,7 +400,7 @@ class Settings(BaseSettings):
 
     @property
     def effective_database_url(self) -> str:
-        return self.database_url or f"sqlite:///{self.data_dir.resolve() / 'ampfleet.db'}"
+        return self.database_url or embedded_database_url(self.data_dir)
 
     @property
     def redis_key_prefix(self) -> str:
@@ -440,6 +440,14 @@ def node_queue(node_name: str) -> str:
 
 
 SCHEDULER_QUEUE = "scheduler"
+
+
+EMBEDDED_DATABASE_FILE = "ampfleet.db"
+
+
+def embedded_database_url(data_dir: Path) -> str:
+    """The embedded default's database: SQLite in the data dir."""
+    return f"sqlite:///{data_dir.resolve() / EMBEDDED_DATABASE_FILE}"
 
 
 @lru_cache

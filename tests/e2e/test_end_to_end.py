@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, func, select
 from ampfleet.core.models import Metric
 from tests.support.factories import job_spec
 from tests.support.files import readable_by_others
-from tests.support.fleet import Fleet, fleet_per_module, rank_processes
+from tests.support.fleet import Fleet, database_url, fleet_per_module, rank_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -18,8 +18,7 @@ fleet = fleet_per_module()  # each test runs and reads jobs of its own
 
 
 def metric_rows(fleet: Fleet, job_id: str) -> int:
-    url = fleet.env["AMPFLEET_DATABASE_URL"] or f"sqlite:///{fleet.root / 'var' / 'ampfleet.db'}"
-    engine = create_engine(url)
+    engine = create_engine(database_url(fleet.env))
     try:
         with engine.connect() as conn:
             return conn.scalar(select(func.count()).where(Metric.job_id == job_id)) or 0

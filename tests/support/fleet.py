@@ -27,6 +27,7 @@ from ampfleet.core.keys import create_key
 from ampfleet.core.migrate import upgrade
 from ampfleet.core.private_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
 from ampfleet.core.roles import Role
+from ampfleet.core.settings import EMBEDDED_DATABASE_FILE, embedded_database_url
 from tests.support.env import fresh_postgres_database
 from tests.support.ports import free_port
 from tests.support.services import services
@@ -204,19 +205,25 @@ class Fleet:
         return list(self.http.get(f"/v1/jobs/{job_id}/events").json()["items"])
 
 
+def database_url(env: dict[str, str]) -> str:
+    """The database of the fleet whose environment is `env`, as its processes resolve it."""
+    return env["AMPFLEET_DATABASE_URL"] or embedded_database_url(Path(env["AMPFLEET_DATA_DIR"]))
+
+
 def migrated_with_admin_key(env: dict[str, str]) -> str:
     """What `ampfleet migrate` then `ampfleet bootstrap-key` do for a fleet of `env`, done in
     this process: each command, run as a process, spent nearly all of its second of CPU
     importing what this process has imported already (`python -m bench.fleet_cost`), and
     every fleet ran both. The commands themselves have tests of their own
     (tests/cli/test_cli_imports.py, tests/db)."""
-    url = env["AMPFLEET_DATABASE_URL"]
-    if not url:  # the embedded default: SQLite in the data dir, private as the server makes it
-        data_dir = Path(env["AMPFLEET_DATA_DIR"]).resolve()
+    url = database_url(env)
+    if not env["AMPFLEET_DATABASE_URL"]:  # the embedded default: private as the server makes it
+        data_dir = Path(env["AMPFLEET_DATA_DIR"])
         data_dir.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-        database = data_dir / "ampfleet.db"
-        os.close(os.open(database, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE_MODE))
-        url = f"sqlite:///{database}"
+        database = os.open(
+            data_dir / EMBEDDED_DATABASE_FILE, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE_MODE
+        )
+        os.close(database)
     upgrade(url)
     engine = make_engine(url)
     try:
