@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing import reduction
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -32,11 +32,6 @@ class RankFailedError(RuntimeError):
         super().__init__("\n".join(f"rank {r} failed: {e}" for r, e in failures.items()))
         self.failures = failures
 
-
-START_METHODS = ("forkserver", "spawn")
-"""How ranks start: "forkserver" forks each from one server per test process that imported
-torch once (RANK_PRELOAD); "spawn" starts each as a new interpreter that imports torch and
-the test's module itself, 2-3 CPU-seconds a rank (`python -m bench.rank_start`)."""
 
 RANK_PRELOAD = [
     "torch",
@@ -135,9 +130,13 @@ def run_ranks(
     world_size: int = 2,
     *args: Any,
     timeout_s: float = 120.0,
-    start_method: str = "forkserver",
+    start_method: Literal["forkserver", "spawn"] = "forkserver",
 ) -> list[Any]:
-    """`fn(rank, world_size, *args)` on each rank; returns the results in rank order."""
+    """`fn(rank, world_size, *args)` on each rank; returns the results in rank order.
+    `start_method`: "forkserver" forks each rank from one server per test process that
+    imported torch once (RANK_PRELOAD); "spawn" starts each as a new interpreter that imports
+    torch and the test's module itself, 2-3 CPU-seconds a rank (`python -m
+    bench.rank_start`)."""
     if start_method == "forkserver":  # takes effect when the server starts: the first call
         multiprocessing.get_context("forkserver").set_forkserver_preload(RANK_PRELOAD)
     with tempfile.TemporaryDirectory() as tmp:
