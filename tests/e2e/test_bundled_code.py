@@ -19,48 +19,16 @@ from ampfleet.workers.training.bundled import bundled_recipe
 from ampfleet.workers.training.task import RecipeContext
 from tests.conftest import FleetFactory
 from tests.support.archives import zip_of
-from tests.support.factories import job_spec
+from tests.support.bundles import GREETING_RECIPE
+from tests.support.factories import code_spec
 from tests.support.fleet import FLEET_CONFIGURATIONS, Fleet
 
 pytestmark = pytest.mark.e2e
-
-RECIPE = b"""
-from ampfleet.core.recipes import RecipeDefinition
-from ampfleet.recipes.digits import DigitsHyperparameters, parameter_count
-
-
-class Hyperparameters(DigitsHyperparameters):
-    greeting: str = "hello from the bundle"
-
-
-def build(hp, ctx):
-    from ampfleet.workers.training.recipes.digits import build as digits
-
-    if ctx.rank == 0:
-        (ctx.output_dir / "greeting.txt").write_text(hp.greeting)
-    return digits(DigitsHyperparameters(**hp.model_dump(exclude={"greeting"})), ctx)
-
-
-recipe = RecipeDefinition(
-    name="my-digits",
-    description="digits, from a bundle",
-    hyperparameters=Hyperparameters,
-    build_path="my_pkg.recipe:build",
-    parameter_count=parameter_count,
-    metrics={"val_accuracy": "max"},
-)
-"""
 
 
 @pytest.fixture(params=FLEET_CONFIGURATIONS)
 def fleet(request: pytest.FixtureRequest, make_fleet: FleetFactory) -> Fleet:
     return make_fleet(request.param, extra_env={"AMPFLEET_SANDBOX": "none"})
-
-
-def code_spec(bundle: str, entrypoint: str, **overrides: Any) -> dict[str, Any]:
-    spec = job_spec(code={"bundle": bundle, "entrypoint": entrypoint}, **overrides)
-    del spec["recipe"]
-    return spec
 
 
 def test_bundled_recipe_runs_and_bad_ones_fail_with_the_reason(
@@ -69,7 +37,7 @@ def test_bundled_recipe_runs_and_bad_ones_fail_with_the_reason(
     body = zip_of(
         {
             "my_pkg/__init__.py": b"",
-            "my_pkg/recipe.py": RECIPE,
+            "my_pkg/recipe.py": GREETING_RECIPE,
             # Binds `recipe` as far as the API can tell; only importing it fails.
             "my_pkg/broken.py": b"import not_a_package_anyone_installed\n\nrecipe = None\n",
         }
@@ -120,7 +88,7 @@ def rebuild_from_the_artifacts(tmp_path: Path, manifest: dict[str, Any], weights
     alone make the trained model again."""
     code_dir = tmp_path / "code"
     (code_dir / "my_pkg").mkdir(parents=True)
-    (code_dir / "my_pkg" / "recipe.py").write_bytes(RECIPE)
+    (code_dir / "my_pkg" / "recipe.py").write_bytes(GREETING_RECIPE)
     (tmp_path / "model.safetensors").write_bytes(weights)
     try:
         recipe = bundled_recipe(code_dir, "my_pkg.recipe:recipe")

@@ -5,16 +5,13 @@ job FAILED within a minute, with pip's message as the reason and pip's output in
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import FleetFactory
-from tests.e2e.test_bundled_code import code_spec
-from tests.support.archives import zip_of
+from tests.support.archives import build_wheel, zip_of
+from tests.support.factories import code_spec
 from tests.support.fleet import Fleet
 
 pytestmark = pytest.mark.e2e
@@ -41,27 +38,6 @@ recipe = RecipeDefinition(
     parameter_count=parameter_count,
 )
 """
-
-
-def build_wheel(folder: Path, name: str = "tinydep", version: str = "0.1") -> Path:
-    """A pure-Python wheel written by hand (no build backend, no index)."""
-    info = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": b'GREETING = "hello from tinydep"\n',
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-        b"Tag: py3-none-any\n",
-    }
-    records = []
-    for path, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        records.append(f"{path},sha256={digest},{len(data)}")
-    files[f"{info}/RECORD"] = ("\n".join([*records, f"{info}/RECORD,,"]) + "\n").encode()
-    wheel = folder / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, data in files.items():
-            archive.writestr(path, data)
-    return wheel
 
 
 def requirement_lines(fleet: Fleet, job_id: str) -> list[str]:

@@ -16,8 +16,8 @@ import ampfleet
 from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.core.settings import get_settings
 from tests.conftest import FleetFactory
-from tests.e2e.test_bundled_code import code_spec
 from tests.support.archives import zip_of
+from tests.support.factories import code_spec
 from tests.support.fleet import start_message, warm_sandbox_ready
 
 pytestmark = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_sweeps import DEFAULT_LR, EVAL_EVERY, base, wait_for_sweep
 from tests.support.fleet import FLEET_CONFIGURATIONS, Fleet, FleetFactory
+from tests.support.fleet_sweeps import DEFAULT_LR, EVAL_EVERY, base, wait_for_sweep
 
 pytestmark = pytest.mark.e2e
 

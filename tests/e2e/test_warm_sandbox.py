@@ -17,10 +17,10 @@ import pytest
 from ampfleet.core.sandbox import bubblewrap_problem
 from ampfleet.workers.sandbox_mounts import mount_api_problem
 from tests.conftest import FleetFactory
-from tests.e2e.test_bundled_code import RECIPE, code_spec
-from tests.e2e.test_warm_start import losses
 from tests.support.archives import zip_of
-from tests.support.fleet import Fleet, start_message, warm_sandbox_ready
+from tests.support.bundles import GREETING_RECIPE
+from tests.support.factories import code_spec
+from tests.support.fleet import Fleet, losses, start_message, warm_sandbox_ready
 
 pytestmark = [
     pytest.mark.e2e,
@@ -46,7 +46,7 @@ def run_bundled(fleet: Fleet, bundle: bytes, *, warm: bool, **spec: Any) -> str:
 
 @pytest.mark.slow  # two fleets; test_warm_start's keeps forked ranks' numbers in the short tier
 def test_bundled_code_started_warm_trains_bit_for_bit_as_cold(make_fleet: FleetFactory) -> None:
-    bundle = zip_of({"my_pkg/recipe.py": RECIPE})
+    bundle = zip_of({"my_pkg/recipe.py": GREETING_RECIPE})
     spec = {"entrypoint": "my_pkg.recipe:recipe", **SEEDED}
     cold_fleet = make_fleet("embedded", extra_env={"AMPFLEET_RANK_LAUNCHER": "torchrun"})
     cold_job = run_bundled(cold_fleet, bundle, warm=False, **spec)

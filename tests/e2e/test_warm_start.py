@@ -11,7 +11,13 @@ import pytest
 
 from ampfleet.workers.process_title import rank_of_title
 from tests.support.factories import job_spec
-from tests.support.fleet import Fleet, FleetFactory, rank_processes, warm_launcher_ready
+from tests.support.fleet import (
+    Fleet,
+    FleetFactory,
+    losses,
+    rank_processes,
+    warm_launcher_ready,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -25,12 +31,6 @@ def wait_until_warm(fleet: Fleet) -> None:
 def started_warm(fleet: Fleet, job_id: str) -> bool:
     told = [e["message"] for e in fleet.events(job_id) if e["reason"] == "start_phases"]
     return any(message.startswith("warm start") for message in told)
-
-
-def losses(fleet: Fleet, job_id: str) -> list[tuple[int, float]]:
-    metrics = fleet.http.get(f"/v1/jobs/{job_id}/metrics").json()
-    (loss,) = [s["points"] for s in metrics["series"] if s["name"] == "loss"]
-    return [(p["step"], p["value"]) for p in loss]
 
 
 def run_seeded(fleet: Fleet, *, warm: bool) -> tuple[list[tuple[int, float]], str]:

@@ -13,11 +13,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.e2e.test_bundled_code import code_spec
 from tests.network.conftest import BedFleet, bed_fleet
 from tests.security.egress_support import needs_filter
 from tests.security.test_hostile_tenant_fleet import HOSTILE
 from tests.support.archives import zip_of
+from tests.support.factories import code_spec
 
 pytestmark = [
     pytest.mark.e2e,

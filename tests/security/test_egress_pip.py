@@ -26,7 +26,6 @@ from ampfleet.workers.requirements import (
     network_for_pip,
     pip_command,
 )
-from tests.e2e.test_requirements import build_wheel
 from tests.security.egress_support import (
     FIRST_UID,
     bed_of_two,
@@ -37,6 +36,7 @@ from tests.security.egress_support import (
     node_environment,
     unfiltered_probe,
 )
+from tests.support.archives import build_wheel
 from tests.support.env import environment
 from tests.support.netbed import NetworkBed
 

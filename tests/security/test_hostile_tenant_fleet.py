@@ -13,9 +13,8 @@ import pytest
 
 from ampfleet.core.sandbox import bubblewrap_problem
 from tests.conftest import FleetFactory
-from tests.e2e.test_bundled_code import code_spec
 from tests.support.archives import zip_of
-from tests.support.factories import job_spec
+from tests.support.factories import code_spec, job_spec
 from tests.support.fleet import start_message, warm_sandbox_ready
 
 pytestmark = [

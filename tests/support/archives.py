@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
+import hashlib
 import io
 import stat
 import tarfile
 import zipfile
+from pathlib import Path
 
 
 def zip_of(files: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
@@ -56,3 +59,24 @@ def allow_custom_code(*projects: str) -> None:
     with session_scope() as session:
         for name in projects:
             session.merge(Project(name=name, allow_custom_code=True))
+
+
+def build_wheel(folder: Path, name: str = "tinydep", version: str = "0.1") -> Path:
+    """A pure-Python wheel written by hand (no build backend, no index)."""
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": b'GREETING = "hello from tinydep"\n',
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    records = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        records.append(f"{path},sha256={digest},{len(data)}")
+    files[f"{info}/RECORD"] = ("\n".join([*records, f"{info}/RECORD,,"]) + "\n").encode()
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return wheel

@@ -28,6 +28,13 @@ def job_spec(**overrides: Any) -> dict[str, Any]:
     return spec
 
 
+def code_spec(bundle: str, entrypoint: str, **overrides: Any) -> dict[str, Any]:
+    """A job that runs `entrypoint` of an uploaded bundle instead of a built-in recipe."""
+    spec = job_spec(code={"bundle": bundle, "entrypoint": entrypoint}, **overrides)
+    del spec["recipe"]
+    return spec
+
+
 def row_counts() -> dict[str, int]:
     with session_scope() as session:
         return {

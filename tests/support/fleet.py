@@ -343,6 +343,13 @@ def transitions(fleet: Fleet, job_id: str) -> list[tuple[str | None, str, str]]:
     ]
 
 
+def losses(fleet: Fleet, job_id: str) -> list[tuple[int, float]]:
+    """The job's loss series as (step, value) pairs."""
+    metrics = fleet.http.get(f"/v1/jobs/{job_id}/metrics").json()
+    (loss,) = [s["points"] for s in metrics["series"] if s["name"] == "loss"]
+    return [(p["step"], p["value"]) for p in loss]
+
+
 def start_message(fleet: Fleet, job_id: str) -> str:
     """The job's one start_phases event, as people read it (warm or cold, and why)."""
     (message,) = [e["message"] for e in fleet.events(job_id) if e["reason"] == "start_phases"]
