@@ -13,45 +13,13 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from ampfleet.core.artifacts import get_store
-from ampfleet.core.db import session_scope
-from ampfleet.core.ids import new_id
-from ampfleet.core.models import Artifact
 from tests.conftest import KeyFactory
+from tests.support.clients import keyed
 from tests.support.env import environment
-from tests.support.factories import job_spec
+from tests.support.factories import add_artifact, job_spec
 
 BLOB = os.urandom(3 * 1024 * 1024 + 17)  # several store chunks, and not a round number
 SHA = hashlib.sha256(BLOB).hexdigest()
-
-
-def add_artifact(
-    tmp_path: Path, job: dict[str, Any], name: str, kind: str, data: bytes, step: int | None
-) -> None:
-    source = tmp_path / f"src-{hashlib.sha1(name.encode()).hexdigest()}"
-    source.write_bytes(data)
-    stored = get_store().put_file(source)
-    with session_scope() as session:
-        session.add(
-            Artifact(
-                id=new_id("art"),
-                job_id=job["id"],
-                project=job["project"],
-                kind=kind,
-                name=name,
-                step=step,
-                attempt=0,
-                size=stored.size,
-                sha256=stored.sha256,
-                content_type="application/octet-stream",
-                details={"precision": "bf16"} if kind == "checkpoint" else {},
-            )
-        )
-
-
-def keyed(app: FastAPI, key: str) -> TestClient:
-    return TestClient(
-        app, raise_server_exceptions=False, headers={"Authorization": f"Bearer {key}"}
-    )
 
 
 @pytest.fixture

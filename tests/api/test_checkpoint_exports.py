@@ -10,27 +10,13 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy import select
 
 from ampfleet.api.artifacts.service import SAMPLE_TEXT_LIMIT
 from ampfleet.core.artifact_names import samples_name
-from ampfleet.core.db import session_scope
-from ampfleet.core.models import Artifact, Job, Metric
-from tests.api.test_artifacts_api import add_artifact, keyed
-from tests.api.test_datasets import upload
 from tests.conftest import KeyFactory
-from tests.support.factories import job_spec
-
-
-def report(job_id: str, attempt: int, step: int, values: dict[str, float]) -> None:
-    with session_scope() as session:
-        job = session.get(Job, job_id)
-        assert job is not None
-        session.add_all(
-            Metric(job_id=job_id, attempt=attempt, step=step, name=name, value=value)
-            for name, value in values.items()
-        )
-        job.latest_metrics = {**job.latest_metrics, **values}
+from tests.support.clients import keyed
+from tests.support.datasets import upload
+from tests.support.factories import add_artifact, job_spec, platform_checkpoint, report
 
 
 def test_checkpoints_carry_the_metrics_of_their_step_and_samples_their_text(
@@ -64,15 +50,6 @@ def test_checkpoints_carry_the_metrics_of_their_step_and_samples_their_text(
     )
     other = keyed(app, make_key("beta", "read"))
     assert other.get(f"/v1/jobs/{job['id']}/samples").status_code == 404
-
-
-def platform_checkpoint(tmp_path: Path, job: dict[str, Any], step: int) -> None:
-    """A checkpoint the platform's loop wrote (its archive lists meta.json)."""
-    name = f"checkpoint-{step:09d}"
-    add_artifact(tmp_path, job, name, "checkpoint", b"tar", step)
-    with session_scope() as session:
-        row = session.scalars(select(Artifact).where(Artifact.name == name)).one()
-        row.details = {"files": [f"ckpt-{step:09d}/meta.json"]}
 
 
 def exported(client: TestClient, job_id: str, step: int, body: Any = None) -> Any:

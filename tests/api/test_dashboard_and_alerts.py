@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 from fastapi.testclient import TestClient
 
-from tests.api.test_prometheus import families, promtool, scrape
 from tests.support.factories import add_node
+from tests.support.prometheus import families, promtool, scrape
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "alerts.yml"

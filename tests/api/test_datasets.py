@@ -14,31 +14,18 @@ from fastapi.testclient import TestClient
 from ampfleet.core.artifacts import get_store, object_key
 from tests.conftest import KeyFactory
 from tests.support.archives import file_entry, tar_gz_of
+from tests.support.clients import keyed
+from tests.support.datasets import upload
 from tests.support.env import environment
 from tests.support.factories import job_spec
 
 CSV = b"x,y\n1,2\n3,4\n"
 
 
-def keyed(app: FastAPI, key: str) -> TestClient:
-    return TestClient(
-        app, raise_server_exceptions=False, headers={"Authorization": f"Bearer {key}"}
-    )
-
-
 @pytest.fixture
 def writer(app: FastAPI, make_key: KeyFactory) -> Iterator[TestClient]:
     with keyed(app, make_key("alpha", "write")) as client:
         yield client
-
-
-def upload(client: TestClient, body: bytes, **params: str):
-    return client.post(
-        "/v1/datasets",
-        content=body,
-        params=params,
-        headers={"Content-Type": "application/octet-stream"},
-    )
 
 
 def test_versions_count_up_and_the_same_bytes_are_the_same_version(writer: TestClient) -> None:

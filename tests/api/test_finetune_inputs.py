@@ -7,8 +7,6 @@ accepted. Nothing is unpacked or read at submit."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,49 +14,20 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from ampfleet.core import recipes
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Dataset, Job
 from ampfleet.core.settings import get_settings
 from ampfleet.recipes import finetune_inputs
 from ampfleet.workers.inputs import ensure_inputs, local_path
-from tests.api.test_artifacts_api import add_artifact
-from tests.api.test_datasets import keyed, upload
 from tests.conftest import KeyFactory
-from tests.support.archives import file_entry, tar_gz_of
-from tests.support.checkout_recipes import use_checkout_recipes
-from tests.support.factories import job_spec
-
-MODEL_FOLDER = {
-    "config.json": b'{"model_type": "llama"}',
-    "model.safetensors": b"weights",
-    "tokenizer.json": b"{}",
-}
-TRAIN = b'{"prompt": "a", "completion": "b"}\n'
-
-
-@pytest.fixture
-def writer(tmp_path: Path, app: FastAPI, make_key: KeyFactory) -> Iterator[TestClient]:
-    site = tmp_path / "site"
-    use_checkout_recipes(site)
-    try:
-        with keyed(app, make_key("alpha", "write")) as client:
-            yield client
-    finally:
-        sys.path.remove(str(site))
-        recipes.installed_recipes.cache_clear()
+from tests.support.clients import keyed
+from tests.support.datasets import MODEL_FOLDER, TRAIN, folder, upload
+from tests.support.factories import add_artifact, job_spec
 
 
 def submit(client: TestClient, inputs: dict[str, str]) -> Any:
     spec = {"recipe": "finetune-lm", "project": "alpha", "inputs": inputs}
     return client.post("/v1/jobs", json=spec)
-
-
-def folder(client: TestClient, name: str, files: dict[str, bytes]) -> str:
-    body = tar_gz_of([file_entry(path, data) for path, data in files.items()])
-    answered = upload(client, body, name=name)
-    assert answered.status_code == 201, answered.text
-    return f"{name}@1"
 
 
 @pytest.mark.parametrize(

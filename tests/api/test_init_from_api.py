@@ -15,10 +15,10 @@ from sqlalchemy import select
 
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Artifact
-from tests.api.test_artifacts_api import add_artifact, keyed
-from tests.api.test_submit_validation import assert_envelope, fields
 from tests.conftest import KeyFactory
-from tests.support.factories import job_spec, row_counts
+from tests.support.clients import keyed
+from tests.support.error_envelope import assert_envelope, fields
+from tests.support.factories import add_artifact, job_spec, row_counts
 
 
 def _platform_checkpoint(tmp_path: Path, job: dict[str, Any], step: int) -> None:

@@ -17,8 +17,8 @@ from ampfleet.core.lifecycle import transition
 from ampfleet.core.models import Job, JobEvent, Node, utcnow
 from ampfleet.core.states import JobState
 from ampfleet.scheduler.loop import Scheduler
-from tests.api.test_prometheus import samples, scrape
 from tests.support.factories import add_node, job_spec, submit
+from tests.support.prometheus import samples, scrape
 
 FINISHED = "ampfleet_jobs_finished_total"
 

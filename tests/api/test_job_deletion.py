@@ -27,10 +27,10 @@ from ampfleet.core.models import (
     OutboxMessage,
 )
 from ampfleet.core.states import JobState
-from tests.api.test_artifacts_api import add_artifact, keyed
 from tests.conftest import KeyFactory
+from tests.support.clients import keyed
 from tests.support.env import environment
-from tests.support.factories import job_spec
+from tests.support.factories import add_artifact, job_spec
 
 OWN = os.urandom(300_000)
 SHARED = os.urandom(200_000)

@@ -8,33 +8,11 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import insert
 
-from ampfleet.core.db import session_scope
-from ampfleet.core.models import Metric, utcnow
 from ampfleet.core.recipes import installed_recipes
-from tests.api.test_events_stream import read_frames
-from tests.support.factories import job_spec
+from tests.support.event_streams import read_frames
+from tests.support.factories import add_series, job_spec
 from tests.support.probe_recipe import install_probe
-
-
-def add_series(job_id: str, name: str, values: list[float]) -> None:
-    now = utcnow()
-    with session_scope() as session:
-        session.execute(
-            insert(Metric),
-            [
-                {
-                    "job_id": job_id,
-                    "attempt": 1,
-                    "step": step,
-                    "name": name,
-                    "value": value,
-                    "time": now,
-                }
-                for step, value in enumerate(values, start=1)
-            ],
-        )
 
 
 def test_large_series_is_downsampled_with_exact_bucket_statistics(client: TestClient) -> None:

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import itertools
 import platform
-import re
-import shutil
-import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -25,30 +22,7 @@ from ampfleet.workers.ingest import AttemptFeed, apply_records
 from ampfleet.workers.rundir import RunDir
 from tests.support.env import environment
 from tests.support.factories import add_node, job_spec
-
-SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
-
-
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        pytest.fail("promtool is not installed: `make metrics-deps` installs Debian's prometheus")
-    return found
-
-
-def samples(text: str) -> dict[str, float]:
-    """Every sample of an exposition, by name and labels."""
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            match = SAMPLE.match(line)
-            assert match, line
-            out[match.group(1) + (match.group(2) or "")] = float(match.group(3))
-    return out
-
-
-def families(text: str) -> dict[str, str]:
-    return dict(line.split(" ")[2:4] for line in text.splitlines() if line.startswith("# TYPE "))
+from tests.support.prometheus import families, samples, scrape
 
 
 def counter_samples(text: str) -> dict[str, float]:
@@ -62,21 +36,6 @@ def counter_samples(text: str) -> dict[str, float]:
         for suffix in ("_bucket", "_count", "_sum")
     }
     return {key: value for key, value in samples(text).items() if key.split("{", 1)[0] in monotone}
-
-
-def scrape(api: TestClient) -> str:
-    response = api.get("/metrics")
-    assert response.status_code == 200, response.text
-    check = subprocess.run(
-        [promtool(), "check", "metrics"],
-        input=response.text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert (check.returncode, check.stdout + check.stderr) == (0, "")
-    return response.text
 
 
 def test_promtool_passes_and_counters_never_decrease(

@@ -9,23 +9,8 @@ from fastapi.testclient import TestClient
 
 from ampfleet.sdk.errors import SpecError
 from ampfleet.sdk.flows import load_spec
+from tests.support.error_envelope import assert_envelope, fields
 from tests.support.factories import job_spec, row_counts
-
-
-def assert_envelope(response_json: dict, code: str) -> dict:
-    assert set(response_json) == {"error"}
-    error = response_json["error"]
-    assert error["code"] == code
-    assert isinstance(error["message"], str)
-    assert error["message"]
-    assert isinstance(error["details"], list)
-    assert "Traceback" not in json.dumps(response_json)
-    return error
-
-
-def fields(error: dict) -> set[str]:
-    return {d["field"] for d in error["details"]}
-
 
 BAD_SPECS = [
     pytest.param(job_spec(recipe="no-such-recipe"), "recipe", id="unknown-recipe"),

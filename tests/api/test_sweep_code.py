@@ -15,12 +15,10 @@ from sqlalchemy import update
 
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Project, Sweep
-from tests.api.test_finetune_inputs import MODEL_FOLDER, TRAIN, folder, upload, writer
 from tests.support.archives import allow_custom_code, zip_of
+from tests.support.datasets import MODEL_FOLDER, TRAIN, folder, upload
 from tests.support.env import environment
 from tests.support.sweeps import controller_pass, sweep_spec, trial_jobs
-
-__all__ = ["writer"]  # the fixture, shared with the fine-tuning input tests
 
 
 @pytest.fixture

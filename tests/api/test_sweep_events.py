@@ -11,11 +11,9 @@ import standardwebhooks
 from fastapi.testclient import TestClient
 
 from ampfleet.core.states import JobState
-from tests.api.test_events_stream import SSE, read_stream
-from tests.api.test_webhooks import Receiver, dispatch_all, private_allowed, receiver
+from tests.support.event_streams import SSE, read_stream
 from tests.support.sweeps import controller_pass, end_jobs, report, run, sweep_spec, trial_jobs
-
-__all__ = ["private_allowed", "receiver"]  # fixtures, shared with the webhook tests
+from tests.support.webhooks import Receiver, dispatch_all
 
 
 def a_pruned_then_cancelled_sweep(client: TestClient) -> dict[str, Any]:

@@ -9,9 +9,7 @@ import re
 import ssl
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import httpx
@@ -24,68 +22,12 @@ from ampfleet.core.models import Job, Webhook
 from ampfleet.core.sealing import seal
 from ampfleet.core.settings import Settings, get_settings
 from ampfleet.core.webhooks import Message, legacy_signature
-from ampfleet.scheduler.webhook_dispatch import Claimed, deliver_due, send
+from ampfleet.scheduler.webhook_dispatch import Claimed, send
 from ampfleet.workers.ingest import AttemptFeed, apply_records
 from ampfleet.workers.rundir import RunDir
 from tests.support.env import environment
 from tests.support.factories import job_spec
-
-
-class Receiver:
-    """A local HTTP endpoint that records what it receives and answers `codes` in turn."""
-
-    def __init__(
-        self,
-        codes: list[int] | None = None,
-        address: tuple[str, int] = ("127.0.0.1", 0),
-        tls: ssl.SSLContext | None = None,
-    ) -> None:
-        self.received: list[tuple[dict[str, str], bytes]] = []
-        self.codes = list(codes or [])
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.received.append((dict(self.headers), body))
-                self.send_response(receiver.codes.pop(0) if receiver.codes else 200)
-                self.end_headers()
-
-            def log_message(self, *_args: object) -> None:
-                return
-
-        self.server = HTTPServer(address, Handler)
-        if tls is not None:
-            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def private_allowed(backend: str) -> Iterator[None]:
-    with environment(
-        {"AMPFLEET_WEBHOOK_ALLOW_PRIVATE": "true", "AMPFLEET_WEBHOOK_RETRY_BASE_S": "0.01"}
-    ):
-        yield
-
-
-def dispatch_all(rounds: int = 1) -> None:
-    import time
-
-    with httpx.Client(timeout=5) as client:
-        for _ in range(rounds):
-            deliver_due(get_settings(), client)
-            time.sleep(0.05)
+from tests.support.webhooks import Receiver, dispatch_all
 
 
 def test_private_targets_are_refused_by_default(client: TestClient) -> None:

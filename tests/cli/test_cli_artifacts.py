@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ampfleet.cli import app as cli
-from tests.sdk.test_downloads import BLOB, MANIFEST, api
+from tests.support.sdk_api import BLOB, MANIFEST
+from tests.support.sdk_api import downloads_api as api
 
 __all__ = ["api"]  # the fixture: a live API with a job's model, manifest and checkpoint
 

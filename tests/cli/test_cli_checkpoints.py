@@ -16,10 +16,8 @@ from typer.testing import CliRunner
 from ampfleet import AsyncClient, Client
 from ampfleet.cli import app as cli
 from ampfleet.core.artifact_names import samples_name
-from tests.api.test_artifacts_api import add_artifact
-from tests.api.test_checkpoint_exports import platform_checkpoint, report
 from tests.conftest import KeyFactory
-from tests.support.factories import job_spec
+from tests.support.factories import add_artifact, job_spec, platform_checkpoint, report
 from tests.support.live_api import serving
 
 runner = CliRunner(env={"COLUMNS": "200"})

@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from ampfleet.cli import app as cli
-from tests.api.test_metrics_api import add_series
-from tests.sdk.test_downloads import api
+from tests.support.factories import add_series
 from tests.support.fleet import free_port
+from tests.support.sdk_api import downloads_api as api
 
 __all__ = ["api"]  # the fixture: a live API with a job's model, manifest and checkpoint
 

@@ -7,7 +7,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from ampfleet.cli import app as cli
-from tests.sdk.test_recipes import api
+from tests.support.sdk_api import recipes_api as api
 
 __all__ = ["api"]  # the fixture: a live API and a read key
 

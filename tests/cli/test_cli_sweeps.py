@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from ampfleet.cli import app as cli
 from ampfleet.core.db import session_scope
 from ampfleet.core.models import Sweep
-from tests.sdk.test_sweeps import SPEC, api, finish_trials
+from tests.support.sdk_api import sweeps_api as api
+from tests.support.sweeps import SPEC, finish_trials
 
 __all__ = ["api"]  # the fixture: a live API and a write key
 

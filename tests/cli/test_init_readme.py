@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlparse
 
-from tests.cli.test_run_local import cli
+from tests.support.cli import cli
 
 
 def test_the_written_readme_has_no_placeholder_link(tmp_path: Path) -> None:

@@ -4,23 +4,12 @@ fails the way a job would, in words, with exit 1; init refuses to overwrite a fo
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ampfleet.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+from tests.support.cli import cli
 
 
 @pytest.fixture(scope="module")

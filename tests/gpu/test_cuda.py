@@ -4,38 +4,20 @@ fixtures), so it also runs with `pytest --noconftest` on a bare GPU host."""
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ampfleet.workers.rundir import RecordReader, RecordWriter
+from ampfleet.workers.rundir import RecordReader
 from ampfleet.workers.training.allreduce import AllReduceState, attach
-from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.precision import resolve_allreduce_dtype, resolve_precision
-from ampfleet.workers.training.recipes.digits import DigitsHyperparameters, build
-from ampfleet.workers.training.task import RecipeContext
+from tests.support.cuda import _trainer, nccl
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def nccl() -> Iterator[torch.device]:
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    device = torch.device("cuda", 0)
-    torch.cuda.set_device(device)
-    with tempfile.TemporaryDirectory() as tmp:
-        dist.init_process_group(
-            "nccl", init_method=f"file://{tmp}/init", rank=0, world_size=1, device_id=device
-        )
-        yield device
-        dist.destroy_process_group()
+__all__ = ["nccl"]  # the fixture: one NCCL rank on the first GPU
 
 
 def test_auto_precision_on_this_gpu(nccl: torch.device) -> None:
@@ -66,32 +48,6 @@ def test_nccl_builtin_compress_hooks_with_guard(nccl: torch.device, dtype: torch
     assert state.last_relative_error <= 2.0**-8
     fp32_bytes = sum(p.numel() * 4 for p in model.parameters())
     assert state.bytes_this_step * 2 == fp32_bytes
-
-
-def _trainer(device: torch.device, precision: str, out: Path, steps: int) -> Trainer:
-    torch.manual_seed(0)
-    task = build(DigitsHyperparameters(), RecipeContext(0, 1, device, 0))
-    cfg = LoopConfig(
-        max_steps=steps,
-        epochs=None,
-        requested_precision=precision,
-        requested_allreduce_dtype="auto",
-        precision=resolve_precision(precision, device),
-        allreduce_dtype=resolve_allreduce_dtype(
-            "auto", resolve_precision(precision, device), "nccl"
-        ),
-        backend="nccl",
-        device=device,
-        rank=0,
-        world_size=1,
-        seed=0,
-        eval_every_steps=0,
-        log_every_steps=1,
-        checkpoint_every_steps=0,
-        keep_last_checkpoints=1,
-        checkpoint_dir=out / "checkpoints",
-    )
-    return Trainer(task, cfg, RecordWriter(out / "events.jsonl", 0.0))
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16", "auto"])

@@ -13,7 +13,7 @@ import torch
 from ampfleet.workers.profile_handover import hand_over
 from ampfleet.workers.profile_request import ProfileRequest
 from ampfleet.workers.rundir import RecordReader, RunDir
-from tests.gpu.test_cuda import _trainer, nccl
+from tests.support.cuda import _trainer, nccl
 
 pytestmark = pytest.mark.gpu
 __all__ = ["nccl"]  # the fixture: one NCCL rank on the first GPU

@@ -15,8 +15,8 @@ import pytest
 
 from tests.network.conftest import BedFleet, bed_fleet
 from tests.security.egress_support import needs_filter
-from tests.security.test_hostile_tenant_fleet import HOSTILE
 from tests.support.archives import zip_of
+from tests.support.bundles import HOSTILE
 from tests.support.factories import code_spec
 
 pytestmark = [

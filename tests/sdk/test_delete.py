@@ -18,8 +18,8 @@ from ampfleet.core.models import Job
 from ampfleet.core.states import JobState
 from ampfleet.sdk import Conflict, NotFound
 from tests.conftest import KeyFactory
-from tests.sdk.test_downloads import serving
 from tests.support.factories import job_spec
+from tests.support.sdk_api import serving
 
 runner = CliRunner(env={"COLUMNS": "200"})
 

@@ -5,61 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import re
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from ampfleet import AsyncClient, Client
 from ampfleet.core.artifacts import get_store
 from ampfleet.sdk import DownloadCorrupted, NotFound
-from tests.api.test_artifacts_api import add_artifact
 from tests.conftest import KeyFactory
 from tests.sdk.cutting_proxy import CuttingProxy
-from tests.support.factories import job_spec
-from tests.support.fleet import free_port
+from tests.support.factories import add_artifact, job_spec
+from tests.support.sdk_api import BLOB, MANIFEST, SHA, serving
+from tests.support.sdk_api import downloads_api as api
 
-BLOB = os.urandom(5 * 1024 * 1024 + 3)
-SHA = hashlib.sha256(BLOB).hexdigest()
-MANIFEST = b'{"format": 1}'
-
-
-@contextmanager
-def serving(app: FastAPI) -> Iterator[str]:
-    """uvicorn on loopback in this process, so the test's database and store are the API's."""
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.started, "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
-
-
-@pytest.fixture
-def api(app: FastAPI, make_key: KeyFactory, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """A live API; a job with a model, its manifest and a checkpoint; a read key of its project."""
-    with serving(app) as base_url, Client(base_url, make_key("alpha", "write")) as writer:
-        job = writer.submit(job_spec()).model_dump(mode="json")
-        add_artifact(tmp_path, job, "model.safetensors", "model", BLOB, 20)
-        add_artifact(tmp_path, job, "manifest.json", "model", MANIFEST, 20)
-        add_artifact(tmp_path, job, "checkpoint-000000020", "checkpoint", BLOB[:70000], 20)
-        yield {"url": base_url, "key": make_key("alpha", "read"), "job_id": job["id"]}
+__all__ = ["api"]  # the fixture: a live API with a job's model, manifest and checkpoint
 
 
 def test_the_model_downloads_verified_with_progress(api: dict[str, Any], tmp_path: Path) -> None:

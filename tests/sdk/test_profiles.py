@@ -19,10 +19,9 @@ from ampfleet.core.db import session_scope
 from ampfleet.core.profile_states import ProfileState
 from ampfleet.core.states import JobState
 from ampfleet.sdk import Conflict, ProfileTimeout
-from tests.api.test_artifacts_api import add_artifact
 from tests.conftest import KeyFactory
-from tests.sdk.test_downloads import serving
-from tests.support.factories import insert_job
+from tests.support.factories import add_artifact, insert_job
+from tests.support.sdk_api import serving
 
 SUMMARY = {"steps": 2, "start_step": 11, "end_step": 12, "ranks": {}}
 TRACE = json.dumps({"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 0, "dur": 1}]})

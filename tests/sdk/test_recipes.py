@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
 
 from ampfleet import AsyncClient, Client
 from ampfleet.sdk import NotFound
-from tests.conftest import KeyFactory
-from tests.sdk.test_downloads import serving
+from tests.support.sdk_api import recipes_api as api
 
-
-@pytest.fixture
-def api(app: FastAPI, make_key: KeyFactory) -> Iterator[dict[str, Any]]:
-    """A live API and a read key: reading recipes needs no more."""
-    with serving(app) as base_url:
-        yield {"url": base_url, "key": make_key("alpha", "read")}
+__all__ = ["api"]  # the fixture: a live API and a read key
 
 
 def test_recipes_list_with_their_hyperparameter_schemas(api: dict[str, Any]) -> None:

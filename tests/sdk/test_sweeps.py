@@ -6,38 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from contextlib import aclosing
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
 
 from ampfleet import AsyncClient, Client
-from ampfleet.core.states import JobState
 from ampfleet.sdk import NotFound, SpecError
 from ampfleet.sdk.sweeps import SweepWaitTimeoutError
-from tests.conftest import KeyFactory
-from tests.sdk.test_downloads import serving
-from tests.support.sweeps import controller_pass, end_jobs, report, run, sweep_spec, trial_jobs
+from tests.support.sdk_api import sweeps_api as api
+from tests.support.sweeps import SPEC, finish_trials
 
-SPEC = sweep_spec(pruner={"type": "none"}, budget={"max_trials": 2, "max_concurrent": 2})
-
-
-@pytest.fixture
-def api(app: FastAPI, make_key: KeyFactory) -> Iterator[dict[str, str]]:
-    with serving(app) as base_url:
-        yield {"url": base_url, "key": make_key("default", "write")}
-
-
-def finish_trials(sweep_id: str) -> None:
-    """Both trials run, report and succeed; the controller records them and ends the sweep."""
-    controller_pass()
-    for job in trial_jobs(sweep_id):
-        run(job.id, held_s=5)
-        report(job.id, "val_accuracy", [(30, 0.5 + 0.1 * (job.trial or 0))])
-    end_jobs([j.id for j in trial_jobs(sweep_id)], JobState.SUCCEEDED)
-    controller_pass()
+__all__ = ["api"]  # the fixture: a live API and a write key
 
 
 def test_a_sweep_from_start_to_end(api: dict[str, str]) -> None:

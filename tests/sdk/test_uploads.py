@@ -16,9 +16,9 @@ from ampfleet import AsyncClient, Client
 from ampfleet.core.artifacts import get_store, object_key
 from ampfleet.sdk import ApiError
 from tests.conftest import KeyFactory
-from tests.sdk.test_downloads import serving
 from tests.support.archives import allow_custom_code
 from tests.support.env import environment
+from tests.support.sdk_api import serving
 
 
 def recipe_folder(root: Path) -> Path:

@@ -1,17 +1,22 @@
-"""Keyword-only builders of test inputs and database rows: job specs, jobs submitted over
-the API, and jobs inserted straight into the database (bypassing the API, for lifecycle tests)."""
+"""Builders of test inputs and database rows: job specs, jobs submitted over the API, and jobs
+inserted straight into the database (bypassing the API, for lifecycle tests); and what a job's
+nodes would have recorded of it, written straight to the database and the artifact store:
+artifacts, checkpoints as the platform's loop writes them, metrics."""
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 
 from ampfleet.api.jobs.service import resolve
+from ampfleet.core.artifacts import get_store
 from ampfleet.core.db import session_scope
 from ampfleet.core.ids import new_id
-from ampfleet.core.models import Job, JobEvent, Metric, Node, OutboxMessage, utcnow
+from ampfleet.core.models import Artifact, Job, JobEvent, Metric, Node, OutboxMessage, utcnow
 from ampfleet.core.spec import JobSpec
 from ampfleet.core.states import JobState
 
@@ -113,3 +118,66 @@ def add_node(node_id: str, slots: int = 8, **fields: Any) -> None:
         session.add(
             Node(id=node_id, queue=f"node.{node_id}", address="127.0.0.1", slots=slots, **row)
         )
+
+
+def add_artifact(
+    tmp_path: Path, job: dict[str, Any], name: str, kind: str, data: bytes, step: int | None
+) -> None:
+    source = tmp_path / f"src-{hashlib.sha1(name.encode()).hexdigest()}"
+    source.write_bytes(data)
+    stored = get_store().put_file(source)
+    with session_scope() as session:
+        session.add(
+            Artifact(
+                id=new_id("art"),
+                job_id=job["id"],
+                project=job["project"],
+                kind=kind,
+                name=name,
+                step=step,
+                attempt=0,
+                size=stored.size,
+                sha256=stored.sha256,
+                content_type="application/octet-stream",
+                details={"precision": "bf16"} if kind == "checkpoint" else {},
+            )
+        )
+
+
+def add_series(job_id: str, name: str, values: list[float]) -> None:
+    now = utcnow()
+    with session_scope() as session:
+        session.execute(
+            insert(Metric),
+            [
+                {
+                    "job_id": job_id,
+                    "attempt": 1,
+                    "step": step,
+                    "name": name,
+                    "value": value,
+                    "time": now,
+                }
+                for step, value in enumerate(values, start=1)
+            ],
+        )
+
+
+def report(job_id: str, attempt: int, step: int, values: dict[str, float]) -> None:
+    with session_scope() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        session.add_all(
+            Metric(job_id=job_id, attempt=attempt, step=step, name=name, value=value)
+            for name, value in values.items()
+        )
+        job.latest_metrics = {**job.latest_metrics, **values}
+
+
+def platform_checkpoint(tmp_path: Path, job: dict[str, Any], step: int) -> None:
+    """A checkpoint the platform's loop wrote (its archive lists meta.json)."""
+    name = f"checkpoint-{step:09d}"
+    add_artifact(tmp_path, job, name, "checkpoint", b"tar", step)
+    with session_scope() as session:
+        row = session.scalars(select(Artifact).where(Artifact.name == name)).one()
+        row.details = {"files": [f"ckpt-{step:09d}/meta.json"]}

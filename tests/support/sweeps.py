@@ -88,3 +88,18 @@ def note(job_id: str, reason: str, message: str) -> None:
     """An `info` event of the job's attempt, as the ingest writes one."""
     with session_scope() as session:
         session.add(JobEvent(job_id=job_id, attempt=1, kind="info", reason=reason, message=message))
+
+
+SPEC = sweep_spec(pruner={"type": "none"}, budget={"max_trials": 2, "max_concurrent": 2})
+"""Two trials at once and no pruner: the sweep that the SDK and CLI tests drive to its end
+with `finish_trials`."""
+
+
+def finish_trials(sweep_id: str) -> None:
+    """Both trials run, report and succeed; the controller records them and ends the sweep."""
+    controller_pass()
+    for job in trial_jobs(sweep_id):
+        run(job.id, held_s=5)
+        report(job.id, "val_accuracy", [(30, 0.5 + 0.1 * (job.trial or 0))])
+    end_jobs([j.id for j in trial_jobs(sweep_id)], JobState.SUCCEEDED)
+    controller_pass()

@@ -18,6 +18,18 @@ from ampfleet.workers.training.loop import LoopConfig, Trainer
 from ampfleet.workers.training.parallel import ParallelConfig
 from ampfleet.workers.training.task import RecipeContext
 
+SMALL_CHARLM = {
+    "d_model": 64,
+    "n_layers": 2,
+    "n_heads": 4,
+    "block_size": 64,
+    "batch_size": 16,
+    "max_chars": 400_000,
+    "eval_batches": 10,
+}
+"""charlm hyperparameters small enough for tests on CPU gloo ranks: 2 layers, 64 wide, at most
+400,000 characters of text."""
+
 
 class RiggedLoss:
     """Counts loss calls (one per step without accumulation) and rigs chosen ones."""

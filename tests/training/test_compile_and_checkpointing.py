@@ -14,8 +14,7 @@ import torch
 
 from ampfleet.workers.training.models.gpt import Block
 from tests.support.localranks import RankFailedError, run_ranks
-from tests.support.training import losses, records, train_recipe
-from tests.training.test_convergence import SMALL_CHARLM
+from tests.support.training import SMALL_CHARLM, losses, records, train_recipe
 
 STEPS = 4
 RUN = {

@@ -9,17 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.localranks import run_ranks
-from tests.support.training import train_recipe
-
-SMALL_CHARLM = {
-    "d_model": 64,
-    "n_layers": 2,
-    "n_heads": 4,
-    "block_size": 64,
-    "batch_size": 16,
-    "max_chars": 400_000,
-    "eval_batches": 10,
-}
+from tests.support.training import SMALL_CHARLM, train_recipe
 
 
 def _entry(rank: int, world_size: int, out: str, kwargs: dict):

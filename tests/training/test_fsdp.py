@@ -14,8 +14,7 @@ from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
 from ampfleet.workers.training import checkpoint
 from tests.support.localranks import RankFailedError, run_ranks
-from tests.support.training import dump, losses, records, train_recipe
-from tests.training.test_convergence import SMALL_CHARLM
+from tests.support.training import SMALL_CHARLM, dump, losses, records, train_recipe
 
 
 def _entry(rank: int, world_size: int, out: str, kwargs: dict):

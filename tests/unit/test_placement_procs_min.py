@@ -9,7 +9,7 @@ from dataclasses import replace
 from ampfleet.core.fleet import job_request_of
 from ampfleet.core.spec import JobSpec
 from ampfleet.scheduler.placement import JobRequest, ProjectPolicy
-from tests.unit.test_placement import job, node, placed, run, running
+from tests.support.placement import job, node, placed, run, running
 
 
 def restart(job_id: str, min_procs: int, **shape: int) -> JobRequest:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ampfleet.scheduler.placement import Decision
 from ampfleet.scheduler.topology import TOPOLOGY_LABELS
-from tests.unit.test_placement import job, node, placed, run
+from tests.support.placement import job, node, placed, run
 
 
 def topology(decision: Decision) -> dict[str, str | None]:
