@@ -22,22 +22,12 @@ import yaml
 from ampfleet.core.spec import command_script
 from ampfleet.sdk.flows import check_before_upload
 from ampfleet.sdk.packing import pack_folder
+from tests.support.cli import cli
 from tests.support.localranks import run_ranks
 from tests.support.training import records, script_run_folder
 
 STEPS = 6
 WEIGHTS = {"0.weight", "0.bias", "2.weight", "2.bias"}
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ampfleet.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 def plain_environment() -> dict[str, str]:
