@@ -4,7 +4,7 @@ launcher, 1 and 2 ranks, for a built-in recipe and for the same recipe as bundle
 the bubblewrap sandbox: a warm start's sandbox made before the attempt came), in the same
 run.
 
-    python -m bench.start [--rounds 5] [--code built-in,bundle]
+    python -m bench.start [--rounds 5] [--code built-in|bundle|both]
 
 Three one-node embedded fleets of real processes, one per `AMPFLEET_RANK_LAUNCHER` (the warm
 one with `AMPFLEET_WARM_SANDBOX=always`), run side by side; each round submits to each in
@@ -91,9 +91,12 @@ def upload_bundle(fleet: Fleet) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--code", default=",".join(CODES), help="built-in, bundle, or both")
+    parser.add_argument("--code", default="both", help="built-in, bundle, or both")
     args = parser.parse_args()
-    codes = [c for c in CODES if c in args.code.split(",")]
+    asked = set(CODES) if args.code == "both" else set(args.code.split(","))
+    if asked - set(CODES):  # else an empty table, after a minute of set-up
+        parser.error(f"--code takes built-in, bundle, or both; not {args.code!r}")
+    codes = [c for c in CODES if c in asked]
     totals: dict[tuple[str, int, str], list[float]] = {}
     phases: dict[tuple[str, int, str], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
