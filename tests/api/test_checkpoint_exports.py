@@ -16,7 +16,7 @@ from ampfleet.core.artifact_names import samples_name
 from tests.conftest import KeyFactory
 from tests.support.clients import keyed
 from tests.support.datasets import upload
-from tests.support.factories import add_artifact, job_spec, platform_checkpoint, report
+from tests.support.factories import add_artifact, job_spec, platform_checkpoint, report_step
 
 
 def test_checkpoints_carry_the_metrics_of_their_step_and_samples_their_text(
@@ -24,9 +24,9 @@ def test_checkpoints_carry_the_metrics_of_their_step_and_samples_their_text(
 ) -> None:
     writer = keyed(app, make_key("alpha", "write"))
     job = writer.post("/v1/jobs", json=job_spec()).json()
-    report(job["id"], 1, 10, {"loss": 2.0})
-    report(job["id"], 1, 20, {"loss": 1.5, "val_loss": 1.9})
-    report(job["id"], 2, 20, {"val_loss": 1.7})  # reported again by a later attempt
+    report_step(job["id"], 1, 10, {"loss": 2.0})
+    report_step(job["id"], 1, 20, {"loss": 1.5, "val_loss": 1.9})
+    report_step(job["id"], 2, 20, {"val_loss": 1.7})  # reported again by a later attempt
     for step in (20, 30):
         add_artifact(tmp_path, job, f"checkpoint-{step:09d}", "checkpoint", b"tar", step)
     texts = {10: "### prompt\na\n", 20: "### prompt\nb\n", 30: "é" * SAMPLE_TEXT_LIMIT}

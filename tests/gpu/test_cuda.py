@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ampfleet.workers.rundir import RecordReader
 from ampfleet.workers.training.allreduce import AllReduceState, attach
 from ampfleet.workers.training.precision import resolve_allreduce_dtype, resolve_precision
-from tests.support.cuda import _trainer, nccl
+from tests.support.cuda import digits_trainer, nccl
 
 pytestmark = pytest.mark.gpu
 __all__ = ["nccl"]  # the fixture: one NCCL rank on the first GPU
@@ -54,7 +54,7 @@ def test_nccl_builtin_compress_hooks_with_guard(nccl: torch.device, dtype: torch
 def test_trainer_on_cuda_reaches_accuracy(
     nccl: torch.device, precision: str, tmp_path: Path
 ) -> None:
-    trainer = _trainer(nccl, precision, tmp_path, steps=200)
+    trainer = digits_trainer(nccl, precision, tmp_path, steps=200)
     result = trainer.run()
     trainer.writer.close()  # type: ignore[union-attr]
     assert result["val_accuracy"] >= 0.9
@@ -68,7 +68,7 @@ def test_trainer_on_cuda_reaches_accuracy(
 
 
 def test_fp16_grad_scaler_skips_an_inf_step_on_cuda(nccl: torch.device, tmp_path: Path) -> None:
-    trainer = _trainer(nccl, "fp16", tmp_path, steps=8)
+    trainer = digits_trainer(nccl, "fp16", tmp_path, steps=8)
     inner = trainer.task.loss
     calls = {"n": 0}
 

@@ -13,7 +13,7 @@ import torch
 from ampfleet.workers.profile_handover import hand_over
 from ampfleet.workers.profile_request import ProfileRequest
 from ampfleet.workers.rundir import RecordReader, RunDir
-from tests.support.cuda import _trainer, nccl
+from tests.support.cuda import digits_trainer, nccl
 
 pytestmark = pytest.mark.gpu
 __all__ = ["nccl"]  # the fixture: one NCCL rank on the first GPU
@@ -21,7 +21,7 @@ __all__ = ["nccl"]  # the fixture: one NCCL rank on the first GPU
 
 def test_a_profile_on_cuda_traces_kernels(nccl: torch.device, tmp_path: Path) -> None:
     hand_over(RunDir(tmp_path), ProfileRequest("prf_gpu", steps=3, ranks=None))
-    trainer = _trainer(nccl, "bf16", tmp_path, steps=20)
+    trainer = digits_trainer(nccl, "bf16", tmp_path, steps=20)
     trainer.profiler.run_dir = RunDir(tmp_path)  # requests arrive in tmp_path
     trainer.run()
     trainer.writer.close()  # type: ignore[union-attr]

@@ -1,5 +1,5 @@
 """One NCCL rank on the first GPU (the `nccl` fixture, one per test module that imports it;
-it skips where no CUDA device exists) and the digits Trainer on it, for the CUDA tests. Nothing
+it skips where no CUDA device exists) and the digits Trainer on it (`digits_trainer`), for the CUDA tests. Nothing
 here needs a service fixture, so those modules still run with `pytest --noconftest` on a bare
 GPU host."""
 
@@ -34,7 +34,7 @@ def nccl() -> Iterator[torch.device]:
         dist.destroy_process_group()
 
 
-def _trainer(device: torch.device, precision: str, out: Path, steps: int) -> Trainer:
+def digits_trainer(device: torch.device, precision: str, out: Path, steps: int) -> Trainer:
     torch.manual_seed(0)
     task = build(DigitsHyperparameters(), RecipeContext(0, 1, device, 0))
     cfg = LoopConfig(

@@ -163,7 +163,8 @@ def add_series(job_id: str, name: str, values: list[float]) -> None:
         )
 
 
-def report(job_id: str, attempt: int, step: int, values: dict[str, float]) -> None:
+def report_step(job_id: str, attempt: int, step: int, values: dict[str, float]) -> None:
+    """One step's metrics of an attempt, and the job's latest values, as a rank reports them."""
     with session_scope() as session:
         job = session.get(Job, job_id)
         assert job is not None
