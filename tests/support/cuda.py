@@ -1,7 +1,7 @@
 """One NCCL rank on the first GPU (the `nccl` fixture, one per test module that imports it;
-it skips where no CUDA device exists) and the digits Trainer on it (`digits_trainer`), for the CUDA tests. Nothing
-here needs a service fixture, so those modules still run with `pytest --noconftest` on a bare
-GPU host."""
+it skips where no CUDA device exists) and the digits Trainer on it (`digits_trainer`), for
+the CUDA tests. Nothing here needs a service fixture, so those modules still run with
+`pytest --noconftest` on a bare GPU host."""
 
 from __future__ import annotations
 
