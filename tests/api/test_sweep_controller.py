@@ -17,11 +17,11 @@ from ampfleet.core.db import get_engine, session_scope
 from ampfleet.core.models import Job, SweepTrial
 from ampfleet.core.states import JobState
 from ampfleet.scheduler import sweep_trials
+from tests.support.factories import add_points
 from tests.support.sweeps import (
     controller_pass,
     end_jobs,
     note,
-    report,
     run,
     sweep_spec,
     trial_jobs,
@@ -89,7 +89,7 @@ def test_hyperband_prunes_as_one_continuous_study_would(client: TestClient) -> N
     for (step, values), prunes in zip(rounds, expected, strict=True):
         for job in trial_jobs(sweep["id"]):
             if job.state == JobState.RUNNING:
-                report(job.id, "val_accuracy", [(step, values[job.trial or 0])])
+                add_points(job.id, "val_accuracy", [(step, values[job.trial or 0])])
         before = _pruned(client, sweep["id"])
         controller_pass()  # a new pass: the study is rebuilt from the trial rows
         assert _pruned(client, sweep["id"]) - before == prunes, step
@@ -109,7 +109,7 @@ def test_spent_slot_hours_cancel_the_running_trials(client: TestClient) -> None:
     controller_pass()
     first, second = trial_jobs(sweep["id"])
     run(first.id, held_s=25)
-    report(first.id, "val_accuracy", [(30, 0.8)])
+    add_points(first.id, "val_accuracy", [(30, 0.8)])
     end_jobs([first.id], JobState.SUCCEEDED)
     controller_pass()  # 25 of 36 slot-seconds: trial 0 complete, trial 2 asked
     assert [j.trial for j in trial_jobs(sweep["id"])] == [0, 1, 2]
@@ -142,8 +142,8 @@ def test_the_numerics_pruner_stops_a_collapsed_scale_and_a_fallback(client: Test
     controller_pass()
     jobs = {j.resolved["precision"]: j for j in trial_jobs(sweep["id"])}
     run(jobs["fp16"].id, held_s=20, precision="fp16")
-    report(jobs["fp16"].id, "loss_scale", [(5, 1024.0), (10, 0.25)])
-    report(jobs["fp16"].id, "samples_per_s", [(5, 300.0), (10, 320.0)])
+    add_points(jobs["fp16"].id, "loss_scale", [(5, 1024.0), (10, 0.25)])
+    add_points(jobs["fp16"].id, "samples_per_s", [(5, 300.0), (10, 320.0)])
     run(jobs["bf16"].id, held_s=20, precision="bf16")
     note(jobs["bf16"].id, "precision_fallback", "bf16 -> fp32 at step 8: non-finite gradients")
     controller_pass()
@@ -191,7 +191,7 @@ def test_slot_seconds_and_slot_seconds_per_quality_as_objectives(client: TestCli
     good, useless = trial_jobs(sweep["id"])
     for job, accuracy in ((good, [0.5, 0.8, 0.7]), (useless, [0.0, 0.0])):
         run(job.id, held_s=40)
-        report(job.id, "val_accuracy", list(enumerate(accuracy)))
+        add_points(job.id, "val_accuracy", list(enumerate(accuracy)))
     end_jobs([good.id, useless.id], JobState.SUCCEEDED)
     controller_pass()
     trials = client.get(f"/v1/sweeps/{sweep['id']}").json()["trials"]

@@ -12,7 +12,8 @@ from fastapi.testclient import TestClient
 
 from ampfleet.core.states import JobState
 from tests.support.event_streams import SSE, read_stream
-from tests.support.sweeps import controller_pass, end_jobs, report, run, sweep_spec, trial_jobs
+from tests.support.factories import add_points
+from tests.support.sweeps import controller_pass, end_jobs, run, sweep_spec, trial_jobs
 from tests.support.webhooks import Receiver, dispatch_all
 
 
@@ -23,12 +24,12 @@ def a_pruned_then_cancelled_sweep(client: TestClient) -> dict[str, Any]:
     controller_pass()
     (first,) = trial_jobs(sweep["id"])
     run(first.id)
-    report(first.id, "val_accuracy", [(10, 0.9), (20, 0.95), (30, 0.96)])
+    add_points(first.id, "val_accuracy", [(10, 0.9), (20, 0.95), (30, 0.96)])
     end_jobs([first.id], JobState.SUCCEEDED)
     controller_pass()
     second = trial_jobs(sweep["id"])[1]
     run(second.id)
-    report(second.id, "val_accuracy", [(10, 0.2)])
+    add_points(second.id, "val_accuracy", [(10, 0.2)])
     controller_pass()  # pruned; trial 2 asked
     assert client.post(f"/v1/sweeps/{sweep['id']}/cancel").status_code == 202
     controller_pass()  # trial 2 was queued: cancelled at once, its end recorded now

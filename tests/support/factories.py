@@ -6,11 +6,12 @@ artifacts, checkpoints as the platform's loop writes them, metrics."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, select
 
 from ampfleet.api.jobs.service import resolve
 from ampfleet.core.artifacts import get_store
@@ -144,23 +145,18 @@ def add_artifact(
         )
 
 
-def add_series(job_id: str, name: str, values: list[float]) -> None:
-    now = utcnow()
+def add_points(job_id: str, name: str, points: Iterable[tuple[int, float]]) -> None:
+    """Points (step, value) of one metric of attempt 1, stored as the ingest stores them."""
     with session_scope() as session:
-        session.execute(
-            insert(Metric),
-            [
-                {
-                    "job_id": job_id,
-                    "attempt": 1,
-                    "step": step,
-                    "name": name,
-                    "value": value,
-                    "time": now,
-                }
-                for step, value in enumerate(values, start=1)
-            ],
+        session.add_all(
+            Metric(job_id=job_id, attempt=1, step=step, name=name, value=value)
+            for step, value in points
         )
+
+
+def add_series(job_id: str, name: str, values: list[float]) -> None:
+    """One metric's values at steps 1, 2, ..."""
+    add_points(job_id, name, enumerate(values, start=1))
 
 
 def report_step(job_id: str, attempt: int, step: int, values: dict[str, float]) -> None:

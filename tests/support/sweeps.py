@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy import select
 
 from ampfleet.core.db import session_scope
-from ampfleet.core.models import Allocation, Job, JobEvent, Metric, Node, utcnow
+from ampfleet.core.models import Allocation, Job, JobEvent, Node, utcnow
 from ampfleet.core.states import JobState
 from ampfleet.scheduler.sweeps import advance_sweeps
-from tests.support.factories import add_node, job_spec
+from tests.support.factories import add_node, add_points, job_spec
 
 NODE = "sweep-node"
 
@@ -78,12 +78,6 @@ def ensure_node() -> None:
     add_node(NODE, slots=8, accelerator="cpu", gpu_model=None, gpu_memory_mb=None)
 
 
-def report(job_id: str, name: str, points: Iterable[tuple[int, float]]) -> None:
-    with session_scope() as session:
-        for step, value in points:
-            session.add(Metric(job_id=job_id, attempt=1, step=step, name=name, value=value))
-
-
 def note(job_id: str, reason: str, message: str) -> None:
     """An `info` event of the job's attempt, as the ingest writes one."""
     with session_scope() as session:
@@ -100,6 +94,6 @@ def finish_trials(sweep_id: str) -> None:
     controller_pass()
     for job in trial_jobs(sweep_id):
         run(job.id, held_s=5)
-        report(job.id, "val_accuracy", [(30, 0.5 + 0.1 * (job.trial or 0))])
+        add_points(job.id, "val_accuracy", [(30, 0.5 + 0.1 * (job.trial or 0))])
     end_jobs([j.id for j in trial_jobs(sweep_id)], JobState.SUCCEEDED)
     controller_pass()
