@@ -42,13 +42,11 @@ import urllib3
 from ampfleet.core.artifacts import get_store, object_key
 from ampfleet.core.artifacts.keys import CHUNK_SIZE
 from ampfleet.core.db import session_scope
-from ampfleet.core.ids import new_id
 from ampfleet.core.keys import create_key
-from ampfleet.core.models import Artifact
 from ampfleet.core.roles import Role
 from ampfleet.core.settings import get_settings
 from tests.support.env import environment, fresh_postgres_database
-from tests.support.factories import job_spec
+from tests.support.factories import job_spec, list_stored
 from tests.support.fleet import FLEET_REDIS_DB, free_port
 from tests.support.seaweedfs import S3Server, running_seaweedfs
 from tests.support.services import services
@@ -112,25 +110,6 @@ def random_file(path: Path, size: int) -> Path:
         for offset in range(0, size, CHUNK_SIZE):
             out.write(os.urandom(min(CHUNK_SIZE, size - offset)))
     return path
-
-
-def list_artifact(job: dict[str, Any], stored: Any) -> None:
-    with session_scope() as session:
-        session.add(
-            Artifact(
-                id=new_id("art"),
-                job_id=job["id"],
-                project=job["project"],
-                kind="model",
-                name=NAME,
-                step=0,
-                attempt=1,
-                size=stored.size,
-                sha256=stored.sha256,
-                content_type="application/octet-stream",
-                details={},
-            )
-        )
 
 
 Reader = Callable[[], int]
@@ -242,7 +221,7 @@ def main() -> None:
         )
         answer.raise_for_status()
         job = answer.json()
-        list_artifact(job, stored)
+        list_stored(job, stored, name=NAME, kind="model", step=0, attempt=1)
 
         readers = {
             "direct": straight_from_store(s3, prefix, stored.sha256),

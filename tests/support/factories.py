@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from ampfleet.api.jobs.service import resolve
-from ampfleet.core.artifacts import get_store
+from ampfleet.core.artifacts import StoredObject, get_store
 from ampfleet.core.db import session_scope
 from ampfleet.core.ids import new_id
 from ampfleet.core.models import Artifact, Job, JobEvent, Metric, Node, OutboxMessage, utcnow
@@ -124,9 +124,25 @@ def add_node(node_id: str, slots: int = 8, **fields: Any) -> None:
 def add_artifact(
     tmp_path: Path, job: dict[str, Any], name: str, kind: str, data: bytes, step: int | None
 ) -> None:
+    """`data` put in the artifact store and listed as the job's artifact."""
     source = tmp_path / f"src-{hashlib.sha1(name.encode()).hexdigest()}"
     source.write_bytes(data)
-    stored = get_store().put_file(source)
+    details = {"precision": "bf16"} if kind == "checkpoint" else {}
+    list_stored(job, get_store().put_file(source), name=name, kind=kind, step=step, details=details)
+
+
+def list_stored(
+    job: dict[str, Any],
+    stored: StoredObject,
+    *,
+    name: str,
+    kind: str,
+    step: int | None,
+    attempt: int = 0,
+    details: dict[str, Any] | None = None,
+) -> None:
+    """An object already in the artifact store listed as the job's artifact, as a node lists
+    what it uploaded."""
     with session_scope() as session:
         session.add(
             Artifact(
@@ -136,11 +152,11 @@ def add_artifact(
                 kind=kind,
                 name=name,
                 step=step,
-                attempt=0,
+                attempt=attempt,
                 size=stored.size,
                 sha256=stored.sha256,
                 content_type="application/octet-stream",
-                details={"precision": "bf16"} if kind == "checkpoint" else {},
+                details=details or {},
             )
         )
 
