@@ -17,7 +17,7 @@ from ampfleet import AsyncClient, Client
 from ampfleet.cli import app as cli
 from ampfleet.core.artifact_names import samples_name
 from tests.conftest import KeyFactory
-from tests.support.factories import add_artifact, job_spec, platform_checkpoint, report
+from tests.support.factories import add_artifact, job_spec, platform_checkpoint, report_step
 from tests.support.live_api import serving
 
 runner = CliRunner(env={"COLUMNS": "200"})
@@ -28,7 +28,7 @@ def api(app: FastAPI, make_key: KeyFactory, tmp_path: Path) -> Iterator[dict[str
     """A live API; a job with a checkpoint of step 20, its metrics and a sample there."""
     with serving(app) as base_url, Client(base_url, make_key("alpha", "write")) as writer:
         job = writer.submit(job_spec()).model_dump(mode="json")
-        report(job["id"], 1, 20, {"loss": 0.25, "val_loss": 0.5})
+        report_step(job["id"], 1, 20, {"loss": 0.25, "val_loss": 0.5})
         platform_checkpoint(tmp_path, job, 20)
         text = b"### prompt\necho ab:\n### completion\nab\n"
         add_artifact(tmp_path, job, samples_name(20), "sample", text, 20)
